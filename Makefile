@@ -1,0 +1,25 @@
+# The two commands of the README: `make serve` and `make test`.
+# Every cargo invocation shares one optimised profile and one target dir outside the clone.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
+CARGO ?= cargo
+ARGS ?=
+
+.PHONY: model serve test lint bench
+
+model:
+	@scripts/fetch-model >/dev/null
+
+serve: model
+	$(CARGO) run --release --bin sluice -- serve $(ARGS)
+
+test: model
+	$(CARGO) test --release
+	$(CARGO) build --release --bin sluice
+	scripts/test-python
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+bench: model
+	$(CARGO) bench --bench speed

@@ -1,0 +1,118 @@
+//! Speed of the model runtime and the engine on the default model.
+//!
+//! `cargo bench --bench speed` (or `make bench`) prints:
+//! - prefill tokens/s of one 512-token prompt and single-sequence decode tokens/s
+//!   (the model runtime alone);
+//! - for 1, 8 and 32 concurrent requests (128-token prompts, 128 new tokens) through the
+//!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
+//!   and the prefill padding ratio.
+//!
+//! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::engine::kv::KvSlab;
+use sluice::engine::model::{GgufFile, Model, TokenRow};
+use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
+use sluice::tokenizer::Tokenizer;
+
+fn model_path() -> std::path::PathBuf {
+    std::env::var_os("SLUICE_MODEL")
+        .map(Into::into)
+        .unwrap_or_else(sluice::config::default_model_path)
+}
+
+fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
+    let text = format!(
+        "Story {salt}: the river carried stones and light across the quiet valley, and every \
+         morning the old keeper counted the boats that passed beneath the bridge. "
+    )
+    .repeat(n / 20 + 2);
+    let mut ids = tok.encode(&text).unwrap();
+    ids.truncate(n);
+    ids
+}
+
+fn runtime(model: &Model, tok: &Tokenizer) {
+    let c = &model.config;
+    let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 1, 1024);
+    let p = prompt(tok, 512, 0);
+    let rows: Vec<TokenRow> = p.iter().enumerate().map(|(pos, &token)| TokenRow { token, slot: 0, pos }).collect();
+    model.forward(&mut kv, &rows[..16], &[15]); // warm-up
+    let t = Instant::now();
+    model.forward(&mut kv, &rows, &[511]);
+    let prefill = 512.0 / t.elapsed().as_secs_f64();
+    let steps = 128;
+    let t = Instant::now();
+    for i in 0..steps {
+        let row = TokenRow { token: p[i % 512], slot: 0, pos: 512 + i };
+        model.forward(&mut kv, &[row], &[0]);
+    }
+    let decode = steps as f64 / t.elapsed().as_secs_f64();
+    println!("model runtime: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s");
+}
+
+async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) {
+    let (p0, pad0) = eng.prefill_token_counts();
+    let start = Instant::now();
+    let streams: Vec<_> = (0..n)
+        .map(|i| {
+            let mut r = ValidRequest::greedy(prompt(tok, 128, i), 128);
+            r.stop_ids.clear();
+            eng.submit(r).expect("submit")
+        })
+        .collect();
+    let results = futures::future::join_all(streams.into_iter().map(|mut rx| async move {
+        let mut first = None;
+        let mut count = 0usize;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                Event::Token(_) => {
+                    count += 1;
+                    first.get_or_insert_with(Instant::now);
+                }
+                Event::Done(_) => break,
+                Event::Error(e) => panic!("{e}"),
+            }
+        }
+        (first.expect("a token"), Instant::now(), count)
+    }))
+    .await;
+    let wall = start.elapsed();
+    let ttfts: Vec<Duration> = results.iter().map(|r| r.0 - start).collect();
+    let last_first = results.iter().map(|r| r.0).max().unwrap();
+    let end = results.iter().map(|r| r.1).max().unwrap();
+    let decoded: usize = results.iter().map(|r| r.2 - 1).sum();
+    let agg = decoded as f64 / (end - last_first).as_secs_f64();
+    let mean_ttft = ttfts.iter().sum::<Duration>() / n as u32;
+    let max_ttft = ttfts.iter().max().unwrap();
+    let (p1, pad1) = eng.prefill_token_counts();
+    let padding = (pad1 - pad0) as f64 / ((p1 - p0) + (pad1 - pad0)).max(1) as f64;
+    println!(
+        "engine {n:>2} concurrent: decode {agg:7.1} tok/s aggregate, TTFT mean {:6.0} ms max {:6.0} ms, wall {:5.1} s, padding {:.1}%",
+        mean_ttft.as_secs_f64() * 1e3,
+        max_ttft.as_secs_f64() * 1e3,
+        wall.as_secs_f64(),
+        padding * 100.0
+    );
+}
+
+fn main() {
+    let file = GgufFile::open(&model_path()).expect("run scripts/fetch-model first");
+    let model = Model::from_file(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
+    println!("kernel level: {:?}, threads: {}", sluice::engine::model::kernels::Simd::current(), rayon::current_num_threads());
+    runtime(&model, &tok);
+    let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
+        .unwrap_or_else(|_| "1,8,32".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let cfg = EngineConfig { slots: 32, context: 512, ..Default::default() };
+    let eng = EngineHandle::start(model, tok.clone(), cfg);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for n in levels {
+        rt.block_on(engine_row(&eng, &tok, n));
+    }
+}

@@ -1,0 +1,30 @@
+//! Subcommands of the `sluice` binary.
+
+mod generate;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+/// sluice: an OpenAI-compatible LLM inference server.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the OpenAI-compatible API.
+    Serve(sluice::config::ServeConfig),
+    /// Print a continuation of a prompt or a chat message.
+    Generate(generate::Args),
+}
+
+/// Parses the command line and runs the subcommand.
+pub fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve(c) => serve::run(c),
+        Command::Generate(a) => generate::run(a),
+    }
+}

@@ -1,0 +1,117 @@
+//! Configuration: one `ServeConfig` (flags and `SLUICE_*` environment variables), read
+//! once at start-up.
+
+use std::path::PathBuf;
+
+use crate::engine::EngineConfig;
+use crate::validation::Limits;
+
+/// File name of the default model fetched by `scripts/fetch-model`.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `scripts/fetch-model` puts the default model: `$SLUICE_MODEL_DIR` or
+/// `~/.cache/sluice/models`.
+pub fn default_model_path() -> PathBuf {
+    let dir = std::env::var_os("SLUICE_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+            PathBuf::from(home).join(".cache/sluice/models")
+        });
+    dir.join(DEFAULT_MODEL_FILE)
+}
+
+/// Options of `sluice serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeConfig {
+    /// GGUF model file (default: the SmolLM2-135M-Instruct fetched by scripts/fetch-model).
+    #[arg(long, env = "SLUICE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// A tokenizer.json to use instead of the vocabulary in the GGUF.
+    #[arg(long, env = "SLUICE_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "SLUICE_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, env = "SLUICE_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Model id clients use (default: the model file's name without `.gguf`).
+    #[arg(long, env = "SLUICE_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
+    /// Concurrent sequences: rows of the KV slab.
+    #[arg(long, env = "SLUICE_SLOTS", default_value_t = 32)]
+    pub slots: usize,
+    /// Positions per sequence (prompt + generated tokens).
+    #[arg(long, env = "SLUICE_CONTEXT", default_value_t = 2048)]
+    pub context: usize,
+    /// Smallest power-of-two prompt bucket.
+    #[arg(long, env = "SLUICE_MIN_BUCKET", default_value_t = 16)]
+    pub min_bucket: usize,
+    /// Token budget of one prefill batch (bucket length x prompts).
+    #[arg(long, env = "SLUICE_MAX_PREFILL_TOKENS", default_value_t = 4096)]
+    pub max_prefill_tokens: usize,
+    /// Requests that may wait for a slot; more get 429 at once.
+    #[arg(long, env = "SLUICE_MAX_QUEUED_REQUESTS", default_value_t = 256)]
+    pub max_queued_requests: usize,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = 4 << 20)]
+    pub max_body_bytes: usize,
+    /// Most choices (`n`) per prompt.
+    #[arg(long, env = "SLUICE_MAX_N", default_value_t = 16)]
+    pub max_n: usize,
+    /// Compute device. Only `cpu` is built by default (see the `cuda` feature).
+    #[arg(long, env = "SLUICE_DEVICE", default_value = "cpu")]
+    pub device: String,
+}
+
+impl ServeConfig {
+    /// The model file to load.
+    pub fn model_path(&self) -> PathBuf {
+        self.model.clone().unwrap_or_else(default_model_path)
+    }
+
+    /// The id clients use for the model.
+    pub fn model_name(&self) -> String {
+        self.served_model_name.clone().unwrap_or_else(|| {
+            let p = self.model_path();
+            let name = p.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            name.strip_suffix(".gguf").unwrap_or(&name).to_string()
+        })
+    }
+
+    /// Checks values that clap cannot.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.slots >= 1, "--slots must be at least 1");
+        anyhow::ensure!(self.context >= 2, "--context must be at least 2");
+        anyhow::ensure!(self.min_bucket >= 1, "--min-bucket must be at least 1");
+        anyhow::ensure!(self.max_prefill_tokens >= 1, "--max-prefill-tokens must be at least 1");
+        anyhow::ensure!(self.max_n >= 1, "--max-n must be at least 1");
+        anyhow::ensure!(
+            self.device == "cpu",
+            "--device {}: this build runs on the CPU only (build with --features cuda for CUDA)",
+            self.device
+        );
+        Ok(())
+    }
+
+    /// The engine's part.
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            slots: self.slots,
+            context: self.context,
+            min_bucket: self.min_bucket,
+            max_prefill_tokens: self.max_prefill_tokens,
+            max_queued: self.max_queued_requests,
+            weights_version: "v1".into(),
+        }
+    }
+
+    /// The validation limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_n: self.max_n,
+            ..Limits::for_context(self.context)
+        }
+    }
+}

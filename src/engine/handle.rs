@@ -1,0 +1,205 @@
+//! The engine's public face: start the worker thread, submit requests, watch its state.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::model::Model;
+use super::request::{Event, ValidRequest};
+use super::worker::Worker;
+use crate::tokenizer::Tokenizer;
+
+/// Engine sizing and policy.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Concurrent sequences (KV slab rows).
+    pub slots: usize,
+    /// Positions per slot: prompt + generated tokens of one sequence.
+    pub context: usize,
+    /// Smallest prompt bucket.
+    pub min_bucket: usize,
+    /// Token budget of one prefill batch (bucket x rows).
+    pub max_prefill_tokens: usize,
+    /// Requests allowed to wait for a slot; beyond it submissions are refused.
+    pub max_queued: usize,
+    /// Label of the loaded weights (reported as `system_fingerprint`).
+    pub weights_version: String,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            slots: 32,
+            context: 2048,
+            min_bucket: 16,
+            max_prefill_tokens: 4096,
+            max_queued: 256,
+            weights_version: "v1".into(),
+        }
+    }
+}
+
+/// Why a submission was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue is full: retry later.
+    #[error("the server is at capacity ({0} requests waiting); retry later")]
+    QueueFull(usize),
+    /// prompt + max_tokens does not fit the context.
+    #[error(
+        "this request needs {prompt} prompt tokens + {max_tokens} max_tokens = {} tokens, \
+         more than the context of {context} tokens",
+        prompt + max_tokens
+    )]
+    TooLong {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Requested new tokens.
+        max_tokens: usize,
+        /// The engine's context.
+        context: usize,
+    },
+    /// The prompt has no tokens.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The engine thread is gone.
+    #[error("the engine is not running")]
+    EngineDown,
+}
+
+/// Work sent to the engine thread.
+pub(crate) enum Command {
+    Submit {
+        req: ValidRequest,
+        tx: mpsc::Sender<Event>,
+        submitted: Instant,
+    },
+}
+
+/// Counters shared between the handle and the worker.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub waiting: AtomicUsize,
+    pub running: AtomicUsize,
+    pub alive: AtomicBool,
+    pub prefill_tokens: AtomicUsize,
+    pub padding_tokens: AtomicUsize,
+}
+
+/// A cheap, cloneable way to reach the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: SyncSender<Command>,
+    shared: Arc<Shared>,
+    config: Arc<EngineConfig>,
+}
+
+/// The events of one request. Dropping it cancels the request.
+pub type EventStream = mpsc::Receiver<Event>;
+
+impl EngineHandle {
+    /// Starts the engine thread on `model` and returns once it runs.
+    pub fn start(model: Model, tokenizer: Arc<Tokenizer>, config: EngineConfig) -> EngineHandle {
+        let (tx, rx) = sync_channel(config.max_queued.max(1));
+        let shared = Arc::new(Shared::default());
+        shared.alive.store(true, Ordering::SeqCst);
+        let handle = EngineHandle {
+            tx,
+            shared: shared.clone(),
+            config: Arc::new(config.clone()),
+        };
+        std::thread::Builder::new()
+            .name("sluice-engine".into())
+            .spawn(move || {
+                let alive = AliveGuard(shared.clone());
+                Worker::new(model, tokenizer, config, shared).run(rx);
+                drop(alive);
+            })
+            .expect("spawning the engine thread");
+        handle
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Queues a request. Refuses at once when it cannot fit or the queue is full.
+    pub fn submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
+        if req.prompt.is_empty() {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        let context = self.config.context;
+        if req.prompt.len() + req.max_tokens > context {
+            return Err(SubmitError::TooLong {
+                prompt: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                context,
+            });
+        }
+        if !self.is_alive() {
+            return Err(SubmitError::EngineDown);
+        }
+        let max = self.config.max_queued;
+        if self
+            .shared
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| (w < max).then_some(w + 1))
+            .is_err()
+        {
+            return Err(SubmitError::QueueFull(max));
+        }
+        // Room for every token, the final event and an error: sends never block the engine.
+        let (tx, rx) = mpsc::channel(req.max_tokens + 2);
+        let cmd = Command::Submit {
+            req,
+            tx,
+            submitted: Instant::now(),
+        };
+        match self.tx.try_send(cmd) {
+            Ok(()) => Ok(rx),
+            Err(e) => {
+                self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+                Err(match e {
+                    TrySendError::Full(_) => SubmitError::QueueFull(max),
+                    TrySendError::Disconnected(_) => SubmitError::EngineDown,
+                })
+            }
+        }
+    }
+
+    /// Requests waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Sequences running in slots.
+    pub fn running(&self) -> usize {
+        self.shared.running.load(Ordering::SeqCst)
+    }
+
+    /// Real prompt tokens prefilled and padding tokens their bucket shapes carried, so far.
+    pub fn prefill_token_counts(&self) -> (usize, usize) {
+        (
+            self.shared.prefill_tokens.load(Ordering::SeqCst),
+            self.shared.padding_tokens.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Whether the engine thread is still running.
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// Marks the engine dead when its thread ends, by return or by panic.
+struct AliveGuard(Arc<Shared>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,86 @@
+//! The KV cache slab: allocated once at start-up, written in place by every step (E4).
+
+/// Keys and values for every layer, slot, KV head and position.
+///
+/// Layout per layer: `[slot][kv_head][position][head_dim]`, so one slot's live prefix of a
+/// head is a contiguous run that decode attention reads without gathering.
+pub struct KvSlab {
+    /// Number of slots (concurrent sequences).
+    pub slots: usize,
+    /// Positions per slot.
+    pub context: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+impl KvSlab {
+    /// Allocates the whole slab. Pages are zero-filled lazily by the OS, so resident
+    /// memory grows with the positions actually used.
+    pub fn new(
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        slots: usize,
+        context: usize,
+    ) -> Self {
+        let per_layer = slots * kv_heads * context * head_dim;
+        Self {
+            slots,
+            context,
+            kv_heads,
+            head_dim,
+            keys: (0..layers).map(|_| vec![0f32; per_layer]).collect(),
+            values: (0..layers).map(|_| vec![0f32; per_layer]).collect(),
+        }
+    }
+
+    /// Bytes reserved by the slab.
+    pub fn bytes(&self) -> usize {
+        2 * self.keys.len() * self.keys.first().map_or(0, Vec::len) * 4
+    }
+
+    /// Address of the first layer's keys: unchanged for the slab's lifetime (tests use it
+    /// to show the slab is never reallocated).
+    pub fn base_ptr(&self) -> usize {
+        self.keys.first().map_or(0, |k| k.as_ptr() as usize)
+    }
+
+    fn offset(&self, slot: usize, head: usize, pos: usize) -> usize {
+        ((slot * self.kv_heads + head) * self.context + pos) * self.head_dim
+    }
+
+    /// Writes one position's keys and values (all KV heads, concatenated) for a layer.
+    pub fn write(&mut self, layer: usize, slot: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let hd = self.head_dim;
+        for h in 0..self.kv_heads {
+            let o = self.offset(slot, h, pos);
+            self.keys[layer][o..o + hd].copy_from_slice(&k[h * hd..(h + 1) * hd]);
+            self.values[layer][o..o + hd].copy_from_slice(&v[h * hd..(h + 1) * hd]);
+        }
+    }
+
+    /// Keys and values of positions `0..len` of one slot and head.
+    pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f32], &[f32]) {
+        let o = self.offset(slot, head, 0);
+        let n = len * self.head_dim;
+        (&self.keys[layer][o..o + n], &self.values[layer][o..o + n])
+    }
+
+    /// Copies positions `0..len` of every layer from one slot to another (n > 1 sharing a
+    /// prompt, prefix reuse).
+    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
+        if from == to {
+            return;
+        }
+        let n = len * self.head_dim;
+        for layer in 0..self.keys.len() {
+            for h in 0..self.kv_heads {
+                let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
+                self.keys[layer].copy_within(src..src + n, dst);
+                self.values[layer].copy_within(src..src + n, dst);
+            }
+        }
+    }
+}

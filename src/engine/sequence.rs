@@ -1,0 +1,131 @@
+//! A running sequence: its slot lease, sampling history, detokeniser and stop state.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc::Sender;
+
+use super::request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};
+use super::sampling::{History, Sampled};
+use super::slots::SlotLease;
+use super::stops::{Release, StopText};
+use crate::tokenizer::{IncrementalDecoder, Tokenizer};
+
+/// One sequence occupying a slot.
+pub struct Sequence {
+    /// The request.
+    pub req: ValidRequest,
+    /// Where its events go; closed when the client left.
+    pub tx: Sender<Event>,
+    /// The slab row it owns; dropping the sequence frees it.
+    pub lease: SlotLease,
+    /// Prompt and generated ids for the penalties.
+    pub history: History,
+    /// When it was submitted.
+    pub submitted: Instant,
+    decoder: IncrementalDecoder,
+    stop: StopText,
+}
+
+/// Whether a sequence goes on after a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// It needs another decode step.
+    Running,
+    /// It finished (its final events have been sent).
+    Finished,
+}
+
+impl Sequence {
+    /// A sequence for `req` in the leased slot.
+    pub fn new(req: ValidRequest, tx: Sender<Event>, lease: SlotLease, submitted: Instant) -> Self {
+        let history = History {
+            prompt: req.prompt.clone(),
+            generated: Vec::new(),
+        };
+        Self {
+            req,
+            tx,
+            lease,
+            history,
+            submitted,
+            decoder: IncrementalDecoder::default(),
+            stop: StopText::default(),
+        }
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.history.generated.len()
+    }
+
+    /// Position of the next token to feed: the last generated one.
+    pub fn last_position(&self) -> usize {
+        self.req.prompt.len() + self.generated() - 1
+    }
+
+    /// Whether the client has gone away.
+    pub fn cancelled(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Records a sampled token, sends its event and, if the sequence is done, the final
+    /// event. `context` is the slab's positions per slot.
+    pub fn accept(&mut self, s: Sampled, tok: &Tokenizer, context: usize, version: &str) -> Progress {
+        self.history.generated.push(s.token);
+        let n = self.generated();
+        let may_stop = n > self.req.min_tokens;
+        let is_end = may_stop && self.req.stop_ids.contains(&s.token);
+        let mut finish = None;
+        let text = if is_end {
+            finish = Some(FinishReason::Stop);
+            self.decoder.finish(tok);
+            self.stop.flush()
+        } else {
+            let delta = self.decoder.push(tok, s.token);
+            let stops: &[String] = if may_stop { &self.req.stop_strings } else { &[] };
+            match self.stop.push(&delta, stops) {
+                Release::Stopped(t) => {
+                    finish = Some(FinishReason::Stop);
+                    t
+                }
+                Release::Text(t) => t,
+            }
+        };
+        let out_of_room = n >= self.req.max_tokens || self.req.prompt.len() + n >= context;
+        let text = if finish.is_none() && out_of_room {
+            finish = Some(FinishReason::Length);
+            let rest = self.decoder.finish(tok);
+            let mut t = text;
+            if let Release::Text(more) = self.stop.push(&rest, &[]) {
+                t.push_str(&more);
+            }
+            t.push_str(&self.stop.flush());
+            t
+        } else {
+            text
+        };
+        let ev = TokenEvent {
+            id: s.token,
+            text,
+            logprob: s.logprob,
+            top: s.top,
+            is_end,
+        };
+        // The channel holds max_tokens + 2 events, so a send only fails when the client
+        // has gone; that case is handled at the next step boundary.
+        let _ = self.tx.try_send(Event::Token(ev));
+        match finish {
+            Some(reason) => {
+                let _ = self.tx.try_send(Event::Done(Finish {
+                    reason,
+                    prompt_tokens: self.req.prompt.len(),
+                    completion_tokens: n,
+                    weights_version: version.to_string(),
+                    seed: self.req.params.seed,
+                }));
+                Progress::Finished
+            }
+            None => Progress::Running,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The engine thread: owns the model, the KV slab and the slots, and runs the loop
+//! queue -> bucketed prefill into free slots -> one decode step for every active slot,
+//! freeing finished or cancelled slots between steps (E6–E10).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc::Sender;
+
+use super::handle::{Command, EngineConfig, Shared};
+use super::kv::KvSlab;
+use super::model::{Model, TokenRow};
+use super::request::{Event, ValidRequest};
+use super::sampling::{SamplingParams, sample};
+use super::sequence::{Progress, Sequence};
+use super::slots::SlotPool;
+use crate::scheduler::{Buckets, Waiting, plan};
+use crate::tokenizer::Tokenizer;
+
+struct Queued {
+    req: ValidRequest,
+    tx: Sender<Event>,
+    submitted: Instant,
+}
+
+/// The state the engine thread owns.
+pub(crate) struct Worker {
+    model: Model,
+    tok: Arc<Tokenizer>,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    kv: KvSlab,
+    pool: SlotPool,
+    queue: VecDeque<Queued>,
+    running: Vec<Sequence>,
+    seed_counter: u64,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        model: Model,
+        tok: Arc<Tokenizer>,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+    ) -> Self {
+        let c = &model.config;
+        let kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, config.slots, config.context);
+        let seed_counter = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Self {
+            pool: SlotPool::new(config.slots),
+            model,
+            tok,
+            config,
+            shared,
+            kv,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            seed_counter,
+        }
+    }
+
+    /// Runs until every handle is dropped.
+    pub(crate) fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            if self.queue.is_empty() && self.running.is_empty() {
+                match rx.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if self.queue.is_empty() && self.running.is_empty() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.decode_step();
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit { mut req, tx, submitted } => {
+                if !req.seeded {
+                    self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    req.params.seed = self.seed_counter;
+                }
+                self.queue.push_back(Queued { req, tx, submitted });
+            }
+        }
+    }
+
+    /// Cancellation by drop: queued requests whose client left never reach prefill, and
+    /// running ones give their slot back now.
+    fn drop_cancelled(&mut self) {
+        let before = self.queue.len();
+        self.queue.retain(|q| !q.tx.is_closed());
+        let gone = before - self.queue.len();
+        self.shared.waiting.fetch_sub(gone, Ordering::SeqCst);
+        self.running.retain(|s| !s.cancelled());
+    }
+
+    fn buckets(&self) -> Buckets {
+        Buckets {
+            min: self.config.min_bucket,
+            max: self.config.context,
+        }
+    }
+
+    /// Prefills bucket batches into free slots while both exist.
+    fn admit(&mut self) {
+        loop {
+            let waiting: Vec<Waiting> = self
+                .queue
+                .iter()
+                .map(|q| Waiting {
+                    prompt_len: q.req.prompt.len(),
+                })
+                .collect();
+            let Some(p) = plan(
+                &waiting,
+                self.pool.available(),
+                self.config.max_prefill_tokens,
+                self.buckets(),
+            ) else {
+                return;
+            };
+            // Take the picked entries out of the queue, keeping the others in order.
+            let mut picked = Vec::with_capacity(p.picks.len());
+            for (k, &i) in p.picks.iter().enumerate() {
+                picked.push(self.queue.remove(i - k).expect("plan picks queue indices"));
+            }
+            self.shared.waiting.fetch_sub(picked.len(), Ordering::SeqCst);
+            let real: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
+            self.shared.prefill_tokens.fetch_add(real, Ordering::SeqCst);
+            self.shared.padding_tokens.fetch_add(p.padding(&waiting), Ordering::SeqCst);
+            self.prefill(picked);
+        }
+    }
+
+    fn prefill(&mut self, batch: Vec<Queued>) {
+        let mut seqs = Vec::with_capacity(batch.len());
+        for q in batch {
+            let lease = self.pool.lease().expect("plan never exceeds the free slots");
+            seqs.push(Sequence::new(q.req, q.tx, lease, q.submitted));
+        }
+        let mut rows = Vec::new();
+        let mut last = Vec::new();
+        for s in &seqs {
+            let slot = s.lease.slot();
+            for (pos, &token) in s.req.prompt.iter().enumerate() {
+                rows.push(TokenRow { token, slot, pos });
+            }
+            last.push(rows.len() - 1);
+        }
+        let logits = self.model.forward(&mut self.kv, &rows, &last);
+        self.sample_into(seqs, &logits);
+    }
+
+    /// One token for every running sequence.
+    fn decode_step(&mut self) {
+        if self.running.is_empty() {
+            return;
+        }
+        let seqs = std::mem::take(&mut self.running);
+        let rows: Vec<TokenRow> = seqs
+            .iter()
+            .map(|s| TokenRow {
+                token: *s.history.generated.last().expect("running sequences have a token"),
+                slot: s.lease.slot(),
+                pos: s.last_position(),
+            })
+            .collect();
+        let want: Vec<usize> = (0..rows.len()).collect();
+        let logits = self.model.forward(&mut self.kv, &rows, &want);
+        self.sample_into(seqs, &logits);
+    }
+
+    /// Samples one token per sequence from its row of `logits`; sequences that go on
+    /// join `running`, finished ones are dropped (freeing their slots).
+    fn sample_into(&mut self, seqs: Vec<Sequence>, logits: &[f32]) {
+        let vocab = self.model.config.vocab;
+        for (i, mut s) in seqs.into_iter().enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let step = s.generated() as u64;
+            let banned;
+            let params: &SamplingParams = if s.generated() < s.req.min_tokens {
+                // Before min_tokens, end tokens cannot be chosen.
+                let mut p = s.req.params.clone();
+                p.logit_bias.extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
+                banned = p;
+                &banned
+            } else {
+                &s.req.params
+            };
+            let sampled = sample(row, params, &s.history, step, s.req.logprobs.unwrap_or(0));
+            let version = &self.config.weights_version;
+            if s.accept(sampled, &self.tok, self.config.context, version) == Progress::Running {
+                self.running.push(s);
+            }
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.running.store(self.running.len(), Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,71 @@
+//! The HTTP layer: routes, shared state and the server entry point.
+
+pub mod json;
+pub mod openai;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Uri;
+use axum::routing::{get, post};
+
+use crate::engine::EngineHandle;
+use crate::error::ApiError;
+use crate::tokenizer::Tokenizer;
+use crate::validation::Limits;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The engine.
+    pub engine: EngineHandle,
+    /// The tokenizer (shared with the engine).
+    pub tokenizer: Arc<Tokenizer>,
+    /// The id clients use for the model.
+    pub model_name: Arc<str>,
+    /// Request field bounds.
+    pub limits: Arc<Limits>,
+    /// Unix seconds at start.
+    pub started: u64,
+}
+
+impl AppState {
+    /// State for a running engine.
+    pub fn new(engine: EngineHandle, tokenizer: Arc<Tokenizer>, model_name: &str, limits: Limits) -> Self {
+        Self {
+            engine,
+            tokenizer,
+            model_name: model_name.into(),
+            limits: Arc::new(limits),
+            started: unix_now(),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::route_not_found(uri.path())
+}
+
+/// All routes. `body_limit` caps request bodies (413 beyond it).
+pub fn router(state: AppState, body_limit: usize) -> Router {
+    Router::new()
+        .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/chat/completions", post(openai::chat::handle))
+        .route("/v1/models", get(openai::models::list))
+        .route("/v1/models/{id}", get(openai::models::get_one))
+        .route("/tokenize", post(openai::tokenize::tokenize))
+        .route("/detokenize", post(openai::tokenize::detokenize))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}

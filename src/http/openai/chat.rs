@@ -1,0 +1,151 @@
+//! `POST /v1/chat/completions`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use super::run::{self, ChunkMaker, request_id, token_text};
+use super::types::{
+    ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
+    ChatResponse, ChatTokenLogprob, TopLogprob, Usage,
+};
+use crate::engine::{Finish, TokenEvent};
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::json::Json;
+use crate::tokenizer::Tokenizer;
+use crate::validation;
+
+/// Logprobs of `tokens` in the chat format.
+fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> ChatLogprobs {
+    let entry = |id: u32, logprob: f32| {
+        let token = token_text(tok, id);
+        TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob }
+    };
+    ChatLogprobs {
+        content: tokens
+            .iter()
+            .filter(|t| !t.is_end)
+            .map(|t| {
+                let e = entry(t.id, t.logprob);
+                ChatTokenLogprob {
+                    token: e.token,
+                    logprob: e.logprob,
+                    bytes: e.bytes,
+                    top_logprobs: t.top.iter().map(|&(id, l)| entry(id, l)).collect(),
+                }
+            })
+            .collect(),
+    }
+}
+
+struct Chunks {
+    tok: Arc<Tokenizer>,
+    base: ChatChunk,
+    choices: usize,
+    want_logprobs: bool,
+}
+
+impl Chunks {
+    fn chunk(&self, choice: ChatChunkChoice) -> String {
+        let mut c = self.base.clone();
+        c.choices = vec![choice];
+        serde_json::to_string(&c).expect("chat chunks serialise")
+    }
+}
+
+impl ChunkMaker for Chunks {
+    fn start(&mut self) -> Vec<String> {
+        (0..self.choices)
+            .map(|index| {
+                self.chunk(ChatChunkChoice {
+                    index,
+                    delta: ChatDelta { role: Some("assistant"), content: Some(String::new()) },
+                    logprobs: None,
+                    finish_reason: None,
+                })
+            })
+            .collect()
+    }
+
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String> {
+        let lp = (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
+        if t.text.is_empty() && lp.is_none() {
+            return None;
+        }
+        Some(self.chunk(ChatChunkChoice {
+            index,
+            delta: ChatDelta { role: None, content: Some(t.text.clone()) },
+            logprobs: lp,
+            finish_reason: None,
+        }))
+    }
+
+    fn done(&mut self, index: usize, f: &Finish) -> String {
+        self.chunk(ChatChunkChoice {
+            index,
+            delta: ChatDelta::default(),
+            logprobs: None,
+            finish_reason: Some(f.reason.as_str()),
+        })
+    }
+
+    fn usage(&mut self, u: Usage) -> String {
+        let mut c = self.base.clone();
+        c.choices = Vec::new();
+        c.usage = Some(u);
+        serde_json::to_string(&c).expect("usage chunk serialises")
+    }
+}
+
+/// Answers a conversation, whole or streamed.
+pub async fn handle(State(s): State<AppState>, Json(r): Json<ChatRequest>) -> Result<Response, ApiError> {
+    let v = validation::chat(&r, &s.tokenizer, &s.limits, &s.model_name)?;
+    let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
+    let streams = run::submit(&s.engine, v.requests.clone())?;
+    let id = request_id("chatcmpl");
+    let created = crate::http::unix_now();
+    let version = s.engine.config().weights_version.clone();
+    if v.stream {
+        let maker = Chunks {
+            tok: s.tokenizer.clone(),
+            base: ChatChunk {
+                id,
+                object: "chat.completion.chunk",
+                created,
+                model: s.model_name.to_string(),
+                system_fingerprint: version,
+                choices: Vec::new(),
+                usage: None,
+            },
+            choices: streams.len(),
+            want_logprobs,
+        };
+        return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
+    }
+    let choices = run::collect(streams).await?;
+    let mut resp = ChatResponse {
+        id,
+        object: "chat.completion",
+        created,
+        model: s.model_name.to_string(),
+        system_fingerprint: version,
+        choices: Vec::new(),
+        usage: run::usage(
+            choices.iter().enumerate().map(|(i, c)| (i, c.finish.clone().expect("finished"))),
+            v.n,
+        ),
+    };
+    for (index, c) in choices.into_iter().enumerate() {
+        let f = c.finish.as_ref().expect("collected choices are finished");
+        resp.system_fingerprint = f.weights_version.clone();
+        resp.choices.push(ChatChoice {
+            index,
+            message: ChatMessageOut { role: "assistant", content: c.text.clone() },
+            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
+            finish_reason: Some(f.reason.as_str()),
+        });
+    }
+    Ok(axum::Json(resp).into_response())
+}

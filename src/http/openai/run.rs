@@ -1,0 +1,150 @@
+//! Running validated requests on the engine: submission, collection into whole answers,
+//! and the SSE pump shared by both endpoints.
+
+use std::convert::Infallible;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::types::Usage;
+use crate::engine::{EngineHandle, Event, EventStream, Finish, TokenEvent, ValidRequest};
+use crate::error::ApiError;
+use crate::tokenizer::Tokenizer;
+
+/// Everything one choice produced.
+#[derive(Clone, Debug, Default)]
+pub struct Choice {
+    /// Its text.
+    pub text: String,
+    /// Its tokens.
+    pub tokens: Vec<TokenEvent>,
+    /// Its totals.
+    pub finish: Option<Finish>,
+}
+
+/// Submits every request; if one is refused the others are dropped, which cancels them.
+pub fn submit(engine: &EngineHandle, reqs: Vec<ValidRequest>) -> Result<Vec<EventStream>, ApiError> {
+    reqs.into_iter().map(|r| engine.submit(r).map_err(ApiError::from)).collect()
+}
+
+async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
+    let mut c = Choice::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) => {
+                c.text.push_str(&t.text);
+                c.tokens.push(t);
+            }
+            Event::Done(f) => {
+                c.finish = Some(f);
+                return Ok(c);
+            }
+            Event::Error(m) => return Err(ApiError::internal(m)),
+        }
+    }
+    Err(ApiError::unavailable("the engine stopped before the answer was complete"))
+}
+
+/// Waits for every choice to finish.
+pub async fn collect(streams: Vec<EventStream>) -> Result<Vec<Choice>, ApiError> {
+    futures::future::try_join_all(streams.into_iter().map(collect_one)).await
+}
+
+/// Usage over choices laid out as `prompt * n + i`: the prompt counted once per prompt.
+pub fn usage(finishes: impl Iterator<Item = (usize, Finish)>, n: usize) -> Usage {
+    let mut u = Usage::default();
+    for (i, f) in finishes {
+        if i % n == 0 {
+            u.prompt_tokens += f.prompt_tokens;
+        }
+        u.completion_tokens += f.completion_tokens;
+    }
+    u.total_tokens = u.prompt_tokens + u.completion_tokens;
+    u
+}
+
+/// The text of one token, for logprob listings.
+pub fn token_text(tok: &Tokenizer, id: u32) -> String {
+    tok.decode(&[id]).unwrap_or_default()
+}
+
+/// A new request id with the given prefix.
+pub fn request_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Turns engine events into the endpoint's SSE chunks (JSON strings).
+pub trait ChunkMaker: Send + 'static {
+    /// Chunks sent before any token (chat's role chunk, echoed prompts).
+    fn start(&mut self) -> Vec<String>;
+    /// The chunk for a token of choice `index`, if any.
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String>;
+    /// The chunk closing choice `index`.
+    fn done(&mut self, index: usize, f: &Finish) -> String;
+    /// The usage chunk.
+    fn usage(&mut self, u: Usage) -> String;
+}
+
+/// Streams every choice as SSE: the maker's chunks, an optional usage chunk, then
+/// `data: [DONE]`. An engine error becomes one error chunk, then the stream ends. When the
+/// client goes away the pump stops and drops the event streams, cancelling the requests.
+pub fn sse<M: ChunkMaker>(
+    streams: Vec<EventStream>,
+    mut maker: M,
+    n: usize,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
+    tokio::spawn(async move {
+        let total = streams.len();
+        let mut merged = futures::stream::select_all(
+            streams
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| ReceiverStream::new(s).map(move |e| (i, e))),
+        );
+        for c in maker.start() {
+            if tx.send(SseEvent::default().data(c)).await.is_err() {
+                return;
+            }
+        }
+        let mut finishes = Vec::new();
+        while finishes.len() < total {
+            let next = tokio::select! {
+                _ = tx.closed() => return,
+                next = merged.next() => next,
+            };
+            let chunk = match next {
+                Some((i, Event::Token(t))) => maker.token(i, &t),
+                Some((i, Event::Done(f))) => {
+                    let c = maker.done(i, &f);
+                    finishes.push((i, f));
+                    Some(c)
+                }
+                Some((_, Event::Error(m))) => {
+                    let _ = tx.send(SseEvent::default().data(ApiError::internal(m).body().to_string())).await;
+                    return;
+                }
+                None => {
+                    let e = ApiError::unavailable("the engine stopped before the answer was complete");
+                    let _ = tx.send(SseEvent::default().data(e.body().to_string())).await;
+                    return;
+                }
+            };
+            if let Some(c) = chunk {
+                if tx.send(SseEvent::default().data(c)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if include_usage {
+            let u = usage(finishes.into_iter(), n);
+            if tx.send(SseEvent::default().data(maker.usage(u))).await.is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(SseEvent::default().data("[DONE]")).await;
+    });
+    Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,42 @@
+//! `POST /tokenize` and `POST /detokenize` (vLLM's shapes).
+
+use axum::extract::State;
+
+use super::types::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::json::Json;
+use crate::validation::{check_model, messages};
+
+/// Token ids of a prompt, or of a conversation rendered through the chat template.
+pub async fn tokenize(
+    State(s): State<AppState>,
+    Json(r): Json<TokenizeRequest>,
+) -> Result<axum::Json<TokenizeResponse>, ApiError> {
+    check_model(r.model.as_deref(), &s.model_name)?;
+    let text = match (&r.prompt, &r.messages) {
+        (Some(p), None) => p.clone(),
+        (None, Some(m)) => s.tokenizer.apply_chat_template(&messages(m)?)?,
+        _ => return Err(ApiError::invalid("prompt", "give exactly one of `prompt` and `messages`")),
+    };
+    let tokens = s.tokenizer.encode(&text)?;
+    Ok(axum::Json(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: s.limits.context,
+        tokens,
+    }))
+}
+
+/// Text of token ids.
+pub async fn detokenize(
+    State(s): State<AppState>,
+    Json(r): Json<DetokenizeRequest>,
+) -> Result<axum::Json<DetokenizeResponse>, ApiError> {
+    check_model(r.model.as_deref(), &s.model_name)?;
+    if let Some(t) = r.tokens.iter().find(|&&t| t as usize >= s.tokenizer.vocab_size) {
+        return Err(ApiError::invalid("tokens", format!("token id {t} is outside the vocabulary")));
+    }
+    Ok(axum::Json(DetokenizeResponse {
+        prompt: s.tokenizer.decode(&r.tokens)?,
+    }))
+}

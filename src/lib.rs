@@ -1,0 +1,43 @@
+//! sluice: an OpenAI-compatible LLM inference server with a static-shape engine.
+
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod http;
+pub mod scheduler;
+pub mod tokenizer;
+pub mod validation;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::config::ServeConfig;
+use crate::engine::EngineHandle;
+use crate::engine::model::{GgufFile, Model};
+use crate::http::AppState;
+use crate::tokenizer::Tokenizer;
+
+/// Loads the model and tokenizer and starts the engine thread.
+pub fn start(cfg: &ServeConfig) -> anyhow::Result<AppState> {
+    cfg.validate()?;
+    let path = cfg.model_path();
+    let file = GgufFile::open(&path)
+        .with_context(|| format!("loading {} (run scripts/fetch-model for the default model)", path.display()))?;
+    let model = Model::from_file(&file)?;
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&file, cfg.tokenizer.as_deref())?);
+    let engine = EngineHandle::start(model, tokenizer.clone(), cfg.engine());
+    Ok(AppState::new(engine, tokenizer, &cfg.model_name(), cfg.limits()))
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    body_limit: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = http::router(state, body_limit);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}

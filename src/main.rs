@@ -1,0 +1,7 @@
+//! The `sluice` command line.
+
+mod cli;
+
+fn main() -> anyhow::Result<()> {
+    cli::main()
+}

@@ -1,0 +1,169 @@
+//! The engine on the real model: continuous batching gives each request the tokens it
+//! gets alone, budgets are exact, finish reasons are right, cancellation frees slots.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::engine::model::GgufFile;
+use sluice::engine::model::Model;
+use sluice::engine::{EngineConfig, EngineHandle, Event, FinishReason, SubmitError, ValidRequest};
+use sluice::tokenizer::Tokenizer;
+
+fn engine(slots: usize, context: usize) -> (EngineHandle, Arc<Tokenizer>) {
+    let file = GgufFile::open(&common::model_path()).expect("run scripts/fetch-model first");
+    let model = Model::from_file(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
+    let cfg = EngineConfig { slots, context, max_queued: 1000, ..Default::default() };
+    (EngineHandle::start(model, tok.clone(), cfg), tok)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    ids: Vec<u32>,
+    text: String,
+    reason: FinishReason,
+    completion_tokens: usize,
+}
+
+async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
+    let mut ids = Vec::new();
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) => {
+                ids.push(t.id);
+                text.push_str(&t.text);
+            }
+            Event::Done(f) => {
+                return Outcome { ids, text, reason: f.reason, completion_tokens: f.completion_tokens };
+            }
+            Event::Error(e) => panic!("engine error: {e}"),
+        }
+    }
+    panic!("stream ended without Done");
+}
+
+/// A prompt of exactly `n` tokens made from real text.
+fn prompt_of(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
+    let words = ["river", "stone", "the", "light", "of", "morning", "falls", "across", "a", "quiet", "valley", "where"];
+    let mut text = String::new();
+    let mut i = salt;
+    loop {
+        text.push_str(words[i % words.len()]);
+        text.push(' ');
+        i = i * 7 + 3;
+        let ids = tok.encode(&text).unwrap();
+        if ids.len() >= n {
+            return ids[..n].to_vec();
+        }
+    }
+}
+
+fn request(tok: &Tokenizer, i: usize) -> ValidRequest {
+    let lens = [5, 600, 17, 64, 130, 9, 300, 33, 250, 12, 450, 70];
+    let mut r = ValidRequest::greedy(prompt_of(tok, lens[i % lens.len()], i), 4 + (i * 5) % 29);
+    r.stop_ids = tok.end_ids.clone();
+    if i % 2 == 1 {
+        // Seeded sampling with mixed parameters in the same batch (E12, E14).
+        r.params.temperature = 0.7 + (i % 3) as f32 * 0.2;
+        r.params.top_p = 0.9;
+        r.params.top_k = if i % 3 == 0 { 40 } else { 0 };
+        r.params.seed = 1000 + i as u64;
+    }
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_concurrent_requests_match_their_solo_runs() {
+    let (eng, tok) = engine(32, 1024);
+    let reqs: Vec<ValidRequest> = (0..32).map(|i| request(&tok, i)).collect();
+    let mut solo = Vec::new();
+    for r in &reqs {
+        solo.push(finish(eng.submit(r.clone()).unwrap()).await);
+    }
+    let streams: Vec<_> = reqs.iter().map(|r| eng.submit(r.clone()).unwrap()).collect();
+    let together = futures::future::join_all(streams.into_iter().map(finish)).await;
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(a, b, "request {i} differs when batched");
+        assert!(b.completion_tokens <= reqs[i].max_tokens);
+        if b.reason == FinishReason::Length {
+            assert_eq!(b.completion_tokens, reqs[i].max_tokens, "request {i}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tokens_is_exact_beside_larger_budgets() {
+    let (eng, tok) = engine(4, 512);
+    let prompt = tok.encode("Once upon a time, in a small village,").unwrap();
+    // Find the greedy continuation, then make its 8th token a stop token: a budget of 5
+    // must end at exactly 5 tokens with `length`, never run on to the stop.
+    let free = finish(eng.submit(ValidRequest::greedy(prompt.clone(), 12)).unwrap()).await;
+    let stop_at = free.ids[7];
+    assert!(!free.ids[..5].contains(&stop_at), "pick a prompt whose 8th token is new");
+    let mut short = ValidRequest::greedy(prompt.clone(), 5);
+    short.stop_ids = vec![stop_at];
+    let mates: Vec<_> = (0..3)
+        .map(|i| eng.submit(ValidRequest::greedy(prompt_of(&tok, 20 + i, i), 40)).unwrap())
+        .collect();
+    let s = finish(eng.submit(short).unwrap()).await;
+    assert_eq!(s.completion_tokens, 5);
+    assert_eq!(s.ids, free.ids[..5].to_vec());
+    assert_eq!(s.reason, FinishReason::Length);
+    for m in futures::future::join_all(mates.into_iter().map(finish)).await {
+        assert_eq!(m.completion_tokens, 40);
+        assert_eq!(m.reason, FinishReason::Length);
+    }
+    // And the stop token ends a larger budget with `stop`, the token counted.
+    let mut long = ValidRequest::greedy(prompt, 30);
+    long.stop_ids = vec![stop_at];
+    let l = finish(eng.submit(long).unwrap()).await;
+    assert_eq!((l.reason, l.completion_tokens), (FinishReason::Stop, 8));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_token_and_stop_string_finish_with_stop() {
+    let (eng, tok) = engine(2, 512);
+    let chat = tok
+        .apply_chat_template(&[sluice::tokenizer::ChatMessage {
+            role: "user".into(),
+            content: "What is the capital of Germany?".into(),
+        }])
+        .unwrap();
+    let mut r = ValidRequest::greedy(tok.encode(&chat).unwrap(), 100);
+    r.stop_ids = tok.end_ids.clone();
+    let o = finish(eng.submit(r.clone()).unwrap()).await;
+    assert_eq!(o.reason, FinishReason::Stop);
+    assert!(tok.end_ids.contains(o.ids.last().unwrap()));
+    assert!(o.text.contains("Berlin"), "{}", o.text);
+    assert!(!o.text.contains("<|im_end|>"));
+    // A stop string inside the answer cuts it there.
+    r.stop_strings = vec!["Berlin".into()];
+    let s = finish(eng.submit(r).unwrap()).await;
+    assert_eq!(s.reason, FinishReason::Stop);
+    assert!(o.text.starts_with(&s.text) && !s.text.contains("Berlin"), "{:?}", s.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_immediate_and_dropping_a_stream_frees_the_slot() {
+    let (eng, tok) = engine(2, 64);
+    let p = tok.encode("Hello there").unwrap();
+    let e = eng.submit(ValidRequest::greedy(p.clone(), 63)).unwrap_err();
+    assert!(matches!(e, SubmitError::TooLong { prompt: 2, max_tokens: 63, context: 64 }), "{e:?}");
+    assert!(e.to_string().contains("2") && e.to_string().contains("63") && e.to_string().contains("64"));
+    // Two long requests fill both slots; dropping them frees the slots for a third.
+    let a = eng.submit(ValidRequest::greedy(p.clone(), 60)).unwrap();
+    let b = eng.submit(ValidRequest::greedy(p.clone(), 60)).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(a);
+    drop(b);
+    let start = Instant::now();
+    while eng.running() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "slots not freed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let c = finish(eng.submit(ValidRequest::greedy(p, 3)).unwrap()).await;
+    assert_eq!(c.completion_tokens, 3);
+}

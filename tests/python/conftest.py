@@ -1,0 +1,53 @@
+"""Starts a real sluice server on 127.0.0.1:<free port> with the real model."""
+import os
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+from openai import OpenAI
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def base_url():
+    binary = os.environ["SLUICE_BIN"]
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "serve", "--port", str(port), "--slots", "8", "--context", "1024"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError("sluice exited: " + proc.stderr.read().decode())
+        try:
+            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.time() > deadline:
+            proc.kill()
+            raise RuntimeError("sluice did not start in time")
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def client(base_url):
+    return OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def model(client):
+    return client.models.list().data[0].id

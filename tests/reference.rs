@@ -1,0 +1,116 @@
+//! The model runtime against `../shared/reference/smollm2-q4_1.json`: llama.cpp's
+//! tokenisation and chat rendering, and greedy runs close to the independent f32 reference.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ids, load, reference, shared_dir};
+use serde_json::{Value, json};
+use sluice::engine::batch::{self, Job, Output};
+use sluice::engine::kv::KvSlab;
+use sluice::engine::model::Model;
+use sluice::tokenizer::ChatMessage;
+
+/// Every prompt of the reference file: (section, entry).
+fn entries(r: &Value) -> Vec<(&'static str, &Value)> {
+    let mut v = Vec::new();
+    for sec in ["raw", "chat"] {
+        for e in r[sec].as_array().expect("section") {
+            v.push((sec, e));
+        }
+    }
+    v
+}
+
+fn greedy_job(prompt: Vec<u32>, n: usize) -> Job {
+    Job {
+        prompt,
+        max_tokens: n,
+        params: Default::default(),
+        stop_ids: Vec::new(),
+        top_logprobs: 5,
+    }
+}
+
+fn slab(model: &Model, slots: usize, context: usize) -> KvSlab {
+    let c = &model.config;
+    KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, slots, context)
+}
+
+fn as_json(o: &Output) -> Value {
+    let steps: Vec<Value> = o.steps.iter().map(|s| json!({"id": s.token, "top": s.top})).collect();
+    json!({"greedy_ids": o.ids, "steps": steps})
+}
+
+#[test]
+fn tokenisation_and_chat_template_match_llama_cpp() {
+    let (_, tok) = load();
+    let r = reference();
+    for (sec, e) in entries(&r) {
+        let want = ids(&e["tokens"]);
+        let text = if sec == "raw" {
+            e["prompt"].as_str().expect("prompt").to_string()
+        } else {
+            let messages: Vec<ChatMessage> =
+                serde_json::from_value(e["messages"].clone()).expect("messages");
+            let rendered = tok.apply_chat_template(&messages).expect("template renders");
+            assert_eq!(rendered, e["chat_prompt_text"].as_str().unwrap(), "chat rendering");
+            rendered
+        };
+        let got = tok.encode(&text).expect("encodes");
+        assert_eq!(got, want, "token ids of {text:?}");
+        assert_eq!(tok.decode(&got).expect("decodes"), text, "round trip of {text:?}");
+    }
+}
+
+#[test]
+fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
+    let (model, _) = load();
+    let r = reference();
+    let jobs: Vec<Job> = entries(&r)
+        .iter()
+        .map(|(_, e)| {
+            let n = e["reference"]["greedy_ids"].as_array().unwrap().len();
+            greedy_job(ids(&e["tokens"]), n)
+        })
+        .collect();
+
+    // Alone: one sequence per run, in slot 0.
+    let alone: Vec<Output> = jobs
+        .iter()
+        .map(|j| {
+            let mut kv = slab(&model, 1, 256);
+            batch::run(&model, &mut kv, std::slice::from_ref(j)).remove(0)
+        })
+        .collect();
+
+    let n_raw = r["raw"].as_array().unwrap().len();
+    let result = json!({
+        "raw": alone[..n_raw].iter().map(as_json).collect::<Vec<_>>(),
+        "chat": alone[n_raw..].iter().map(as_json).collect::<Vec<_>>(),
+    });
+    let path = std::env::temp_dir().join(format!("sluice-greedy-{}.json", std::process::id()));
+    std::fs::write(&path, result.to_string()).unwrap();
+    let tool = shared_dir().join("tools/logprobs_close.py");
+    for against in ["llamacpp", "reference"] {
+        let out = Command::new("python3")
+            .arg(&tool)
+            .arg(&path)
+            .args(["--against", against])
+            .output()
+            .expect("python3 runs");
+        println!("--- against {against}\n{}", String::from_utf8_lossy(&out.stdout));
+        if against == "reference" {
+            assert!(out.status.success(), "not close to the reference on every prompt");
+        }
+    }
+
+    // Batched: all twenty prompts of different lengths in one prefill and decode batch,
+    // each in a different slot, must give the same tokens as alone (E7).
+    let mut kv = slab(&model, jobs.len(), 256);
+    let together = batch::run(&model, &mut kv, &jobs);
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a.ids, b.ids, "prompt {i}: batched differs from alone");
+    }
+}
