@@ -17,7 +17,7 @@ async fn excess_requests_get_429_and_the_rest_complete() {
         async move {
             let r = client
                 .post(format!("{base}/v1/completions"))
-                .json(&json!({"prompt": format!("Count to {i}:"), "max_tokens": 24, "temperature": 0}))
+                .json(&json!({"prompt": format!("Count to {i}:"), "max_tokens": 24, "temperature": 0, "ignore_eos": true}))
                 .send()
                 .await
                 .expect("request");

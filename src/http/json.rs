@@ -34,14 +34,43 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let what = if inner.is_syntax() || inner.is_eof() { "malformed JSON body" } else { "invalid request body" };
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::bad_request(format!("malformed JSON body: {inner}"));
+        }
+        let field = Some(path)
+            .filter(|p| p != "." && !p.is_empty())
+            .or_else(|| blame::<T>(bytes));
+        let message = match &field {
+            Some(f) => format!("invalid request body: `{f}`: {inner}"),
+            None => format!("invalid request body: {inner}"),
+        };
         ApiError {
-            param: (path != "." && !path.is_empty()).then_some(path.clone()),
-            ..ApiError::bad_request(if path == "." || path.is_empty() {
-                format!("{what}: {inner}")
-            } else {
-                format!("{what}: `{path}`: {inner}")
-            })
+            param: field,
+            ..ApiError::bad_request(message)
         }
     })
+}
+
+/// Finds the top-level field at fault when serde could not say (fields inside
+/// `#[serde(flatten)]` lose their path): the one whose removal fixes the body or turns the
+/// error into "missing field" for that very field. Runs only on the error path.
+fn blame<T: DeserializeOwned>(bytes: &[u8]) -> Option<String> {
+    let serde_json::Value::Object(map) = serde_json::from_slice(bytes).ok()? else {
+        return None;
+    };
+    let without = |k: &String| {
+        let mut m = map.clone();
+        m.remove(k);
+        serde_json::from_value::<T>(serde_json::Value::Object(m))
+    };
+    // A key whose removal fixes the body is the culprit; failing that, a required key
+    // whose value has the wrong type (its removal only makes it missing).
+    map.keys()
+        .find(|k| without(k).is_ok())
+        .or_else(|| {
+            map.keys().find(|k| {
+                without(k).is_err_and(|e| e.to_string().starts_with(&format!("missing field `{k}`")))
+            })
+        })
+        .cloned()
 }
