@@ -38,7 +38,15 @@ fn runtime(model: &Model, tok: &Tokenizer) {
     let c = &model.config;
     let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 1, 1024);
     let p = prompt(tok, 512, 0);
-    let rows: Vec<TokenRow> = p.iter().enumerate().map(|(pos, &token)| TokenRow { token, slot: 0, pos }).collect();
+    let rows: Vec<TokenRow> = p
+        .iter()
+        .enumerate()
+        .map(|(pos, &token)| TokenRow {
+            token,
+            slot: 0,
+            pos,
+        })
+        .collect();
     model.forward(&mut kv, &rows[..16], &[15]); // warm-up
     let t = Instant::now();
     model.forward(&mut kv, &rows, &[511]);
@@ -46,11 +54,17 @@ fn runtime(model: &Model, tok: &Tokenizer) {
     let steps = 128;
     let t = Instant::now();
     for i in 0..steps {
-        let row = TokenRow { token: p[i % 512], slot: 0, pos: 512 + i };
+        let row = TokenRow {
+            token: p[i % 512],
+            slot: 0,
+            pos: 512 + i,
+        };
         model.forward(&mut kv, &[row], &[0]);
     }
     let decode = steps as f64 / t.elapsed().as_secs_f64();
-    println!("model runtime: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s");
+    println!(
+        "model runtime: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
+    );
 }
 
 async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) {
@@ -102,14 +116,22 @@ fn main() {
     let file = GgufFile::open(&model_path()).expect("run scripts/fetch-model first");
     let model = Model::from_file(&file).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
-    println!("kernel level: {:?}, threads: {}", sluice::engine::model::kernels::Simd::current(), rayon::current_num_threads());
+    println!(
+        "kernel level: {:?}, threads: {}",
+        sluice::engine::model::kernels::Simd::current(),
+        rayon::current_num_threads()
+    );
     runtime(&model, &tok);
     let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
         .unwrap_or_else(|_| "1,8,32".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let cfg = EngineConfig { slots: 32, context: 512, ..Default::default() };
+    let cfg = EngineConfig {
+        slots: 32,
+        context: 512,
+        ..Default::default()
+    };
     let eng = EngineHandle::start(model, tok.clone(), cfg);
     let rt = tokio::runtime::Runtime::new().unwrap();
     for n in levels {

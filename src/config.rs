@@ -75,7 +75,10 @@ impl ServeConfig {
     pub fn model_name(&self) -> String {
         self.served_model_name.clone().unwrap_or_else(|| {
             let p = self.model_path();
-            let name = p.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
             name.strip_suffix(".gguf").unwrap_or(&name).to_string()
         })
     }
@@ -85,7 +88,10 @@ impl ServeConfig {
         anyhow::ensure!(self.slots >= 1, "--slots must be at least 1");
         anyhow::ensure!(self.context >= 2, "--context must be at least 2");
         anyhow::ensure!(self.min_bucket >= 1, "--min-bucket must be at least 1");
-        anyhow::ensure!(self.max_prefill_tokens >= 1, "--max-prefill-tokens must be at least 1");
+        anyhow::ensure!(
+            self.max_prefill_tokens >= 1,
+            "--max-prefill-tokens must be at least 1"
+        );
         anyhow::ensure!(self.max_n >= 1, "--max-n must be at least 1");
         anyhow::ensure!(
             self.device == "cpu",

@@ -23,12 +23,21 @@ use crate::tokenizer::Tokenizer;
 pub fn start(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     cfg.validate()?;
     let path = cfg.model_path();
-    let file = GgufFile::open(&path)
-        .with_context(|| format!("loading {} (run scripts/fetch-model for the default model)", path.display()))?;
+    let file = GgufFile::open(&path).with_context(|| {
+        format!(
+            "loading {} (run scripts/fetch-model for the default model)",
+            path.display()
+        )
+    })?;
     let model = Model::from_file(&file)?;
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file, cfg.tokenizer.as_deref())?);
     let engine = EngineHandle::start(model, tokenizer.clone(), cfg.engine());
-    Ok(AppState::new(engine, tokenizer, &cfg.model_name(), cfg.limits()))
+    Ok(AppState::new(
+        engine,
+        tokenizer,
+        &cfg.model_name(),
+        cfg.limits(),
+    ))
 }
 
 /// Serves the API on `listener` until `shutdown` completes.
@@ -39,5 +48,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = http::router(state, body_limit);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -62,7 +62,10 @@ pub struct Validated {
 fn range(param: &str, v: Option<f32>, lo: f32, hi: f32, default: f32) -> Result<f32, ApiError> {
     let x = v.unwrap_or(default);
     if !x.is_finite() || x < lo || x > hi {
-        return Err(ApiError::invalid(param, format!("`{param}` must be between {lo} and {hi}, got {x}")));
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must be between {lo} and {hi}, got {x}"),
+        ));
     }
     Ok(x)
 }
@@ -77,7 +80,10 @@ pub fn check_model(model: Option<&str>, served: &str) -> Result<(), ApiError> {
 
 fn check_ids(ids: &[u32], vocab: usize, param: &str) -> Result<(), ApiError> {
     match ids.iter().find(|&&t| t as usize >= vocab) {
-        Some(t) => Err(ApiError::invalid(param, format!("token id {t} is outside the vocabulary of {vocab}"))),
+        Some(t) => Err(ApiError::invalid(
+            param,
+            format!("token id {t} is outside the vocabulary of {vocab}"),
+        )),
         None => Ok(()),
     }
 }
@@ -94,7 +100,10 @@ fn build(
     let vocab = tok.vocab_size;
     let n = c.n.unwrap_or(1);
     if n < 1 || n as usize > limits.max_n {
-        return Err(ApiError::invalid("n", format!("`n` must be between 1 and {}, got {n}", limits.max_n)));
+        return Err(ApiError::invalid(
+            "n",
+            format!("`n` must be between 1 and {}, got {n}", limits.max_n),
+        ));
     }
     let n = n as usize;
     let temperature = range("temperature", c.temperature, 0.0, 2.0, 1.0)?;
@@ -107,12 +116,20 @@ fn build(
     let min_p = range("min_p", c.min_p, 0.0, 1.0, 0.0)?;
     let repetition_penalty = range("repetition_penalty", c.repetition_penalty, 0.0, 10.0, 1.0)?;
     if repetition_penalty <= 0.0 {
-        return Err(ApiError::invalid("repetition_penalty", "`repetition_penalty` must be greater than 0"));
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "`repetition_penalty` must be greater than 0",
+        ));
     }
     let top_k = match c.top_k.unwrap_or(0) {
         -1 | 0 => 0,
         k if k > 0 => k as usize,
-        k => return Err(ApiError::invalid("top_k", format!("`top_k` must be -1, 0 or positive, got {k}"))),
+        k => {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("`top_k` must be -1, 0 or positive, got {k}"),
+            ));
+        }
     };
     let stop_strings = match &c.stop {
         None => Vec::new(),
@@ -120,7 +137,14 @@ fn build(
         Some(StopInput::Many(v)) => v.clone(),
     };
     if stop_strings.len() > limits.max_stop {
-        return Err(ApiError::invalid("stop", format!("at most {} stop strings are allowed, got {}", limits.max_stop, stop_strings.len())));
+        return Err(ApiError::invalid(
+            "stop",
+            format!(
+                "at most {} stop strings are allowed, got {}",
+                limits.max_stop,
+                stop_strings.len()
+            ),
+        ));
     }
     if stop_strings.iter().any(String::is_empty) {
         return Err(ApiError::invalid("stop", "stop strings must not be empty"));
@@ -128,26 +152,54 @@ fn build(
     let mut logit_bias = Vec::new();
     if let Some(b) = &c.logit_bias {
         if b.len() > limits.max_logit_bias {
-            return Err(ApiError::invalid("logit_bias", format!("at most {} logit_bias entries are allowed, got {}", limits.max_logit_bias, b.len())));
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!(
+                    "at most {} logit_bias entries are allowed, got {}",
+                    limits.max_logit_bias,
+                    b.len()
+                ),
+            ));
         }
         for (k, v) in b {
-            let id: u32 = k.parse().map_err(|_| ApiError::invalid("logit_bias", format!("logit_bias key `{k}` is not a token id")))?;
+            let id: u32 = k.parse().map_err(|_| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("logit_bias key `{k}` is not a token id"),
+                )
+            })?;
             check_ids(&[id], vocab, "logit_bias")?;
             if !v.is_finite() || !(-100.0..=100.0).contains(v) {
-                return Err(ApiError::invalid("logit_bias", format!("logit_bias values must be between -100 and 100, got {v}")));
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("logit_bias values must be between -100 and 100, got {v}"),
+                ));
             }
             logit_bias.push((id, *v));
         }
         logit_bias.sort_by_key(|e| e.0);
     }
-    let mut stop_ids = if c.ignore_eos { Vec::new() } else { tok.end_ids.clone() };
+    let mut stop_ids = if c.ignore_eos {
+        Vec::new()
+    } else {
+        tok.end_ids.clone()
+    };
     if let Some(extra) = &c.stop_token_ids {
         check_ids(extra, vocab, "stop_token_ids")?;
-        stop_ids.extend(extra.iter().copied().filter(|t| !stop_ids.contains(t)).collect::<Vec<_>>());
+        stop_ids.extend(
+            extra
+                .iter()
+                .copied()
+                .filter(|t| !stop_ids.contains(t))
+                .collect::<Vec<_>>(),
+        );
     }
     let min_tokens = c.min_tokens.unwrap_or(0);
     if min_tokens < 0 {
-        return Err(ApiError::invalid("min_tokens", "`min_tokens` must not be negative"));
+        return Err(ApiError::invalid(
+            "min_tokens",
+            "`min_tokens` must not be negative",
+        ));
     }
     let (seed, seeded) = match c.seed {
         Some(s) => (s as u64, true),
@@ -163,24 +215,46 @@ fn build(
         if room == 0 {
             return Err(ApiError {
                 code: Some("context_length_exceeded"),
-                ..ApiError::invalid("prompt", format!("the prompt has {} tokens; the context is {} tokens", prompt.len(), limits.context))
+                ..ApiError::invalid(
+                    "prompt",
+                    format!(
+                        "the prompt has {} tokens; the context is {} tokens",
+                        prompt.len(),
+                        limits.context
+                    ),
+                )
             });
         }
         let max_tokens = match c.max_tokens {
-            Some(m) if m < 1 => return Err(ApiError::invalid("max_tokens", format!("`max_tokens` must be at least 1, got {m}"))),
+            Some(m) if m < 1 => {
+                return Err(ApiError::invalid(
+                    "max_tokens",
+                    format!("`max_tokens` must be at least 1, got {m}"),
+                ));
+            }
             Some(m) => m as usize,
             None => default_max.unwrap_or(room).min(room),
         };
         if prompt.len() + max_tokens > limits.context {
             return Err(ApiError {
                 code: Some("context_length_exceeded"),
-                ..ApiError::invalid("max_tokens", format!(
-                    "this request needs {} prompt tokens + {} max_tokens = {} tokens, more than the context of {} tokens",
-                    prompt.len(), max_tokens, prompt.len() + max_tokens, limits.context))
+                ..ApiError::invalid(
+                    "max_tokens",
+                    format!(
+                        "this request needs {} prompt tokens + {} max_tokens = {} tokens, more than the context of {} tokens",
+                        prompt.len(),
+                        max_tokens,
+                        prompt.len() + max_tokens,
+                        limits.context
+                    ),
+                )
             });
         }
         if min_tokens as usize > max_tokens {
-            return Err(ApiError::invalid("min_tokens", format!("`min_tokens` ({min_tokens}) must not exceed max_tokens ({max_tokens})")));
+            return Err(ApiError::invalid(
+                "min_tokens",
+                format!("`min_tokens` ({min_tokens}) must not exceed max_tokens ({max_tokens})"),
+            ));
         }
         for i in 0..n {
             requests.push(ValidRequest {
@@ -215,17 +289,31 @@ fn rand_seed() -> u64 {
 }
 
 /// Validates `POST /v1/completions`.
-pub fn completion(r: &CompletionRequest, tok: &Tokenizer, limits: &Limits, served: &str) -> Result<Validated, ApiError> {
+pub fn completion(
+    r: &CompletionRequest,
+    tok: &Tokenizer,
+    limits: &Limits,
+    served: &str,
+) -> Result<Validated, ApiError> {
     check_model(r.common.model.as_deref(), served)?;
     let logprobs = match r.logprobs {
         None => None,
         Some(k) if k < 0 || k as usize > limits.max_top_logprobs => {
-            return Err(ApiError::invalid("logprobs", format!("`logprobs` must be between 0 and {}, got {k}", limits.max_top_logprobs)));
+            return Err(ApiError::invalid(
+                "logprobs",
+                format!(
+                    "`logprobs` must be between 0 and {}, got {k}",
+                    limits.max_top_logprobs
+                ),
+            ));
         }
         Some(k) => Some(k as usize),
     };
     if r.echo && logprobs.is_some() {
-        return Err(ApiError::invalid("echo", "`echo` together with `logprobs` (prompt log-probabilities) is not supported"));
+        return Err(ApiError::invalid(
+            "echo",
+            "`echo` together with `logprobs` (prompt log-probabilities) is not supported",
+        ));
     }
     let (prompts, texts): (Vec<Vec<u32>>, Vec<String>) = match &r.prompt {
         PromptInput::Text(t) => (vec![tok.encode(t)?], vec![t.clone()]),
@@ -250,7 +338,10 @@ pub fn completion(r: &CompletionRequest, tok: &Tokenizer, limits: &Limits, serve
         }
     };
     if prompts.is_empty() || prompts.len() > limits.max_prompts {
-        return Err(ApiError::invalid("prompt", format!("give between 1 and {} prompts", limits.max_prompts)));
+        return Err(ApiError::invalid(
+            "prompt",
+            format!("give between 1 and {} prompts", limits.max_prompts),
+        ));
     }
     let (requests, n) = build(&r.common, prompts, Some(16), logprobs, tok, limits)?;
     Ok(Validated {
@@ -258,7 +349,11 @@ pub fn completion(r: &CompletionRequest, tok: &Tokenizer, limits: &Limits, serve
         prompt_texts: texts,
         n,
         stream: r.common.stream,
-        include_usage: r.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        include_usage: r
+            .common
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
         echo: r.echo,
     })
 }
@@ -266,7 +361,10 @@ pub fn completion(r: &CompletionRequest, tok: &Tokenizer, limits: &Limits, serve
 /// Turns wire messages into template messages, refusing non-text content.
 pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ApiError> {
     if msgs.is_empty() {
-        return Err(ApiError::invalid("messages", "`messages` must not be empty"));
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must not be empty",
+        ));
     }
     msgs.iter()
         .map(|m| {
@@ -278,34 +376,64 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ApiError> {
                     for p in parts {
                         match (p.kind.as_str(), &p.text) {
                             ("text", Some(t)) => s.push_str(t),
-                            _ => return Err(ApiError::invalid("messages", format!("content parts of type `{}` are not supported; only text", p.kind))),
+                            _ => {
+                                return Err(ApiError::invalid(
+                                    "messages",
+                                    format!(
+                                        "content parts of type `{}` are not supported; only text",
+                                        p.kind
+                                    ),
+                                ));
+                            }
                         }
                     }
                     s
                 }
             };
-            Ok(ChatMessage { role: m.role.clone(), content })
+            Ok(ChatMessage {
+                role: m.role.clone(),
+                content,
+            })
         })
         .collect()
 }
 
 /// Validates `POST /v1/chat/completions`.
-pub fn chat(r: &ChatRequest, tok: &Tokenizer, limits: &Limits, served: &str) -> Result<Validated, ApiError> {
+pub fn chat(
+    r: &ChatRequest,
+    tok: &Tokenizer,
+    limits: &Limits,
+    served: &str,
+) -> Result<Validated, ApiError> {
     check_model(r.common.model.as_deref(), served)?;
     let text = tok.apply_chat_template(&messages(&r.messages)?)?;
     let prompt = tok.encode(&text)?;
     let logprobs = match (r.logprobs, r.top_logprobs) {
         (_, Some(k)) if k < 0 || k as usize > limits.max_top_logprobs => {
-            return Err(ApiError::invalid("top_logprobs", format!("`top_logprobs` must be between 0 and {}, got {k}", limits.max_top_logprobs)));
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                format!(
+                    "`top_logprobs` must be between 0 and {}, got {k}",
+                    limits.max_top_logprobs
+                ),
+            ));
         }
-        (false, Some(_)) => return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
+        (false, Some(_)) => {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs: true`",
+            ));
+        }
         (true, k) => Some(k.unwrap_or(0) as usize),
         (false, None) => None,
     };
     let mut common = r.common.clone();
     if let Some(m) = r.max_completion_tokens {
         if common.max_tokens.is_some_and(|x| x != m) {
-            return Err(ApiError::invalid("max_completion_tokens", "`max_tokens` and `max_completion_tokens` disagree"));
+            return Err(ApiError::invalid(
+                "max_completion_tokens",
+                "`max_tokens` and `max_completion_tokens` disagree",
+            ));
         }
         common.max_tokens = Some(m);
     }
@@ -315,7 +443,10 @@ pub fn chat(r: &ChatRequest, tok: &Tokenizer, limits: &Limits, served: &str) -> 
         prompt_texts: vec![text],
         n,
         stream: common.stream,
-        include_usage: common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        include_usage: common
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
         echo: false,
     })
 }

@@ -12,7 +12,12 @@ fn client() -> reqwest::Client {
 
 async fn post(path: &str, body: Value) -> (u16, Value) {
     let url = format!("{}{path}", common::server());
-    let r = client().post(url).json(&body).send().await.expect("request");
+    let r = client()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
     let status = r.status().as_u16();
     (status, r.json().await.expect("JSON body"))
 }
@@ -20,7 +25,12 @@ async fn post(path: &str, body: Value) -> (u16, Value) {
 /// The `data:` payloads of an SSE response, in order.
 async fn sse(path: &str, body: Value) -> Vec<String> {
     let url = format!("{}{path}", common::server());
-    let r = client().post(url).json(&body).send().await.expect("request");
+    let r = client()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     let mut buf = String::new();
@@ -30,15 +40,25 @@ async fn sse(path: &str, body: Value) -> Vec<String> {
     }
     buf.split("\n\n")
         .filter(|e| !e.trim().is_empty())
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string))
+        .filter_map(|e| {
+            e.lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .map(str::to_string)
+        })
         .collect()
 }
 
 fn assert_openai_error(body: &Value, param: Option<&str>) {
     let e = &body["error"];
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
     assert!(e["type"].is_string(), "{body}");
-    assert!(e.get("param").is_some() && e.get("code").is_some(), "{body}");
+    assert!(
+        e.get("param").is_some() && e.get("code").is_some(),
+        "{body}"
+    );
     if let Some(p) = param {
         assert_eq!(e["param"], p, "{body}");
     }
@@ -47,8 +67,14 @@ fn assert_openai_error(body: &Value, param: Option<&str>) {
 #[tokio::test]
 async fn completion_stream_deltas_concatenate_to_the_whole_answer() {
     for (path, body) in [
-        ("/v1/completions", json!({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0.8, "seed": 7})),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0.8, "seed": 7})),
+        (
+            "/v1/completions",
+            json!({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0.8, "seed": 7}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0.8, "seed": 7}),
+        ),
     ] {
         let (status, whole) = post(path, body.clone()).await;
         assert_eq!(status, 200, "{whole}");
@@ -66,9 +92,20 @@ async fn completion_stream_deltas_concatenate_to_the_whole_answer() {
         let mut finish = None;
         for c in &chunks {
             assert_eq!(c["id"], chunks[0]["id"]);
-            assert_eq!(c["object"], if chat { "chat.completion.chunk" } else { "text_completion" });
+            assert_eq!(
+                c["object"],
+                if chat {
+                    "chat.completion.chunk"
+                } else {
+                    "text_completion"
+                }
+            );
             for ch in c["choices"].as_array().unwrap() {
-                let piece = if chat { ch["delta"]["content"].as_str() } else { ch["text"].as_str() };
+                let piece = if chat {
+                    ch["delta"]["content"].as_str()
+                } else {
+                    ch["text"].as_str()
+                };
                 text.push_str(piece.unwrap_or(""));
                 if !ch["finish_reason"].is_null() {
                     finish = Some(ch["finish_reason"].clone());
@@ -80,7 +117,11 @@ async fn completion_stream_deltas_concatenate_to_the_whole_answer() {
         }
         let usage = &chunks.last().unwrap()["usage"];
         assert_eq!(usage, &whole["usage"], "usage chunk");
-        let want = if chat { &whole["choices"][0]["message"]["content"] } else { &whole["choices"][0]["text"] };
+        let want = if chat {
+            &whole["choices"][0]["message"]["content"]
+        } else {
+            &whole["choices"][0]["text"]
+        };
         assert_eq!(text, want.as_str().unwrap(), "{path}");
         assert_eq!(finish.as_ref(), Some(&whole["choices"][0]["finish_reason"]));
     }
@@ -121,8 +162,14 @@ async fn errors_have_openai_shape_and_status() {
         (json!({"prompt": "x", "max_tokens": 5000}), "max_tokens"),
         (json!({"prompt": "x", "n": 0}), "n"),
         (json!({"prompt": "x", "logprobs": 21}), "logprobs"),
-        (json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}), "stop"),
-        (json!({"prompt": "x", "logit_bias": {"999999": 1}}), "logit_bias"),
+        (
+            json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}),
+            "stop",
+        ),
+        (
+            json!({"prompt": "x", "logit_bias": {"999999": 1}}),
+            "logit_bias",
+        ),
         (json!({"prompt": [999999]}), "prompt"),
         (json!({"prompt": "x", "max_tokens": "many"}), "max_tokens"),
     ] {
@@ -130,20 +177,37 @@ async fn errors_have_openai_shape_and_status() {
         assert_eq!(status, 400, "{body} -> {r}");
         assert_openai_error(&r, Some(param));
     }
-    let (status, r) = post("/v1/chat/completions", json!({"messages": [], "max_tokens": 2})).await;
+    let (status, r) = post(
+        "/v1/chat/completions",
+        json!({"messages": [], "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_openai_error(&r, Some("messages"));
     // Malformed JSON, even without a JSON content type.
-    let resp = client().post(format!("{base}/v1/completions")).body("{not json").send().await.unwrap();
+    let resp = client()
+        .post(format!("{base}/v1/completions"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 400);
     assert_openai_error(&resp.json().await.unwrap(), None);
     // Unknown model and unknown route: 404.
     let (status, r) = post("/v1/completions", json!({"model": "gpt-9", "prompt": "x"})).await;
     assert_eq!(status, 404);
     assert_openai_error(&r, Some("model"));
-    let resp = client().get(format!("{base}/v1/models/gpt-9")).send().await.unwrap();
+    let resp = client()
+        .get(format!("{base}/v1/models/gpt-9"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
-    let resp = client().get(format!("{base}/v1/nothing")).send().await.unwrap();
+    let resp = client()
+        .get(format!("{base}/v1/nothing"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     assert_openai_error(&resp.json().await.unwrap(), None);
     // Body over the limit: 413.
@@ -156,16 +220,34 @@ async fn errors_have_openai_shape_and_status() {
 #[tokio::test]
 async fn models_tokenize_and_detokenize() {
     let base = common::server();
-    let models: Value = client().get(format!("{base}/v1/models")).send().await.unwrap().json().await.unwrap();
+    let models: Value = client()
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let id = models["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(id, "SmolLM2-135M-Instruct.Q4_1");
-    let one: Value = client().get(format!("{base}/v1/models/{id}")).send().await.unwrap().json().await.unwrap();
+    let one: Value = client()
+        .get(format!("{base}/v1/models/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(one["id"], id);
     let (status, t) = post("/tokenize", json!({"prompt": "The capital of France is"})).await;
     assert_eq!(status, 200);
     assert_eq!(t["tokens"], json!([504, 3575, 282, 4649, 314]));
     assert_eq!(t["count"], 5);
-    let (_, d) = post("/detokenize", json!({"tokens": [504, 3575, 282, 4649, 314]})).await;
+    let (_, d) = post(
+        "/detokenize",
+        json!({"tokens": [504, 3575, 282, 4649, 314]}),
+    )
+    .await;
     assert_eq!(d["prompt"], "The capital of France is");
 }
 
@@ -177,11 +259,23 @@ async fn greedy_api_output_equals_sluice_generate() {
     for e in r["raw"].as_array().unwrap().iter().take(4) {
         let prompt = e["prompt"].as_str().unwrap();
         let out = std::process::Command::new(bin)
-            .args(["generate", "--prompt", prompt, "--max-tokens", "16", "--ids", "--ignore-eos"])
+            .args([
+                "generate",
+                "--prompt",
+                prompt,
+                "--max-tokens",
+                "16",
+                "--ids",
+                "--ignore-eos",
+            ])
             .env("SLUICE_MODEL", common::model_path())
             .output()
             .expect("sluice generate runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cli: Vec<u32> = String::from_utf8(out.stdout)
             .unwrap()
             .split_whitespace()
@@ -193,7 +287,10 @@ async fn greedy_api_output_equals_sluice_generate() {
         )
         .await;
         assert_eq!(status, 200);
-        let n_api = api["choices"][0]["logprobs"]["tokens"].as_array().unwrap().len();
+        let n_api = api["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .len();
         let (_, d) = post("/detokenize", json!({"tokens": cli})).await;
         assert_eq!(api["choices"][0]["text"], d["prompt"], "{prompt}: text");
         assert_eq!((n_api, cli.len()), (16, 16), "{prompt}: token counts");

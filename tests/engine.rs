@@ -15,7 +15,12 @@ fn engine(slots: usize, context: usize) -> (EngineHandle, Arc<Tokenizer>) {
     let file = GgufFile::open(&common::model_path()).expect("run scripts/fetch-model first");
     let model = Model::from_file(&file).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
-    let cfg = EngineConfig { slots, context, max_queued: 1000, ..Default::default() };
+    let cfg = EngineConfig {
+        slots,
+        context,
+        max_queued: 1000,
+        ..Default::default()
+    };
     (EngineHandle::start(model, tok.clone(), cfg), tok)
 }
 
@@ -37,7 +42,12 @@ async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
                 text.push_str(&t.text);
             }
             Event::Done(f) => {
-                return Outcome { ids, text, reason: f.reason, completion_tokens: f.completion_tokens };
+                return Outcome {
+                    ids,
+                    text,
+                    reason: f.reason,
+                    completion_tokens: f.completion_tokens,
+                };
             }
             Event::Error(e) => panic!("engine error: {e}"),
         }
@@ -47,7 +57,10 @@ async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
 
 /// A prompt of exactly `n` tokens made from real text.
 fn prompt_of(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
-    let words = ["river", "stone", "the", "light", "of", "morning", "falls", "across", "a", "quiet", "valley", "where"];
+    let words = [
+        "river", "stone", "the", "light", "of", "morning", "falls", "across", "a", "quiet",
+        "valley", "where",
+    ];
     let mut text = String::new();
     let mut i = salt;
     loop {
@@ -69,7 +82,7 @@ fn request(tok: &Tokenizer, i: usize) -> ValidRequest {
         // Seeded sampling with mixed parameters in the same batch (E12, E14).
         r.params.temperature = 0.7 + (i % 3) as f32 * 0.2;
         r.params.top_p = 0.9;
-        r.params.top_k = if i % 3 == 0 { 40 } else { 0 };
+        r.params.top_k = if i.is_multiple_of(3) { 40 } else { 0 };
         r.params.seed = 1000 + i as u64;
     }
     r
@@ -83,7 +96,10 @@ async fn thirty_two_concurrent_requests_match_their_solo_runs() {
     for r in &reqs {
         solo.push(finish(eng.submit(r.clone()).unwrap()).await);
     }
-    let streams: Vec<_> = reqs.iter().map(|r| eng.submit(r.clone()).unwrap()).collect();
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| eng.submit(r.clone()).unwrap())
+        .collect();
     let together = futures::future::join_all(streams.into_iter().map(finish)).await;
     for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
         assert_eq!(a, b, "request {i} differs when batched");
@@ -100,13 +116,23 @@ async fn max_tokens_is_exact_beside_larger_budgets() {
     let prompt = tok.encode("Once upon a time, in a small village,").unwrap();
     // Find the greedy continuation, then make its 8th token a stop token: a budget of 5
     // must end at exactly 5 tokens with `length`, never run on to the stop.
-    let free = finish(eng.submit(ValidRequest::greedy(prompt.clone(), 12)).unwrap()).await;
+    let free = finish(
+        eng.submit(ValidRequest::greedy(prompt.clone(), 12))
+            .unwrap(),
+    )
+    .await;
     let stop_at = free.ids[7];
-    assert!(!free.ids[..5].contains(&stop_at), "pick a prompt whose 8th token is new");
+    assert!(
+        !free.ids[..5].contains(&stop_at),
+        "pick a prompt whose 8th token is new"
+    );
     let mut short = ValidRequest::greedy(prompt.clone(), 5);
     short.stop_ids = vec![stop_at];
     let mates: Vec<_> = (0..3)
-        .map(|i| eng.submit(ValidRequest::greedy(prompt_of(&tok, 20 + i, i), 40)).unwrap())
+        .map(|i| {
+            eng.submit(ValidRequest::greedy(prompt_of(&tok, 20 + i, i), 40))
+                .unwrap()
+        })
         .collect();
     let s = finish(eng.submit(short).unwrap()).await;
     assert_eq!(s.completion_tokens, 5);
@@ -143,7 +169,11 @@ async fn end_token_and_stop_string_finish_with_stop() {
     r.stop_strings = vec!["Berlin".into()];
     let s = finish(eng.submit(r).unwrap()).await;
     assert_eq!(s.reason, FinishReason::Stop);
-    assert!(o.text.starts_with(&s.text) && !s.text.contains("Berlin"), "{:?}", s.text);
+    assert!(
+        o.text.starts_with(&s.text) && !s.text.contains("Berlin"),
+        "{:?}",
+        s.text
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,8 +181,20 @@ async fn refusals_are_immediate_and_dropping_a_stream_frees_the_slot() {
     let (eng, tok) = engine(2, 64);
     let p = tok.encode("Hello there").unwrap();
     let e = eng.submit(ValidRequest::greedy(p.clone(), 63)).unwrap_err();
-    assert!(matches!(e, SubmitError::TooLong { prompt: 2, max_tokens: 63, context: 64 }), "{e:?}");
-    assert!(e.to_string().contains("2") && e.to_string().contains("63") && e.to_string().contains("64"));
+    assert!(
+        matches!(
+            e,
+            SubmitError::TooLong {
+                prompt: 2,
+                max_tokens: 63,
+                context: 64
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("2") && e.to_string().contains("63") && e.to_string().contains("64")
+    );
     // Two long requests fill both slots; dropping them frees the slots for a third.
     let a = eng.submit(ValidRequest::greedy(p.clone(), 60)).unwrap();
     let b = eng.submit(ValidRequest::greedy(p.clone(), 60)).unwrap();

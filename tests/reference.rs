@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sluice::engine::batch::{self, Job, Output};
 use sluice::engine::kv::KvSlab;
 use sluice::engine::model::Model;
-use sluice::tokenizer::ChatMessage;
+use sluice::tokenizer::{ChatMessage, IncrementalDecoder};
 
 /// Every prompt of the reference file: (section, entry).
 fn entries(r: &Value) -> Vec<(&'static str, &Value)> {
@@ -39,7 +39,11 @@ fn slab(model: &Model, slots: usize, context: usize) -> KvSlab {
 }
 
 fn as_json(o: &Output) -> Value {
-    let steps: Vec<Value> = o.steps.iter().map(|s| json!({"id": s.token, "top": s.top})).collect();
+    let steps: Vec<Value> = o
+        .steps
+        .iter()
+        .map(|s| json!({"id": s.token, "top": s.top}))
+        .collect();
     json!({"greedy_ids": o.ids, "steps": steps})
 }
 
@@ -54,13 +58,23 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
         } else {
             let messages: Vec<ChatMessage> =
                 serde_json::from_value(e["messages"].clone()).expect("messages");
-            let rendered = tok.apply_chat_template(&messages).expect("template renders");
-            assert_eq!(rendered, e["chat_prompt_text"].as_str().unwrap(), "chat rendering");
+            let rendered = tok
+                .apply_chat_template(&messages)
+                .expect("template renders");
+            assert_eq!(
+                rendered,
+                e["chat_prompt_text"].as_str().unwrap(),
+                "chat rendering"
+            );
             rendered
         };
         let got = tok.encode(&text).expect("encodes");
         assert_eq!(got, want, "token ids of {text:?}");
-        assert_eq!(tok.decode(&got).expect("decodes"), text, "round trip of {text:?}");
+        assert_eq!(
+            tok.decode(&got).expect("decodes"),
+            text,
+            "round trip of {text:?}"
+        );
     }
 }
 
@@ -100,9 +114,15 @@ fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
             .args(["--against", against])
             .output()
             .expect("python3 runs");
-        println!("--- against {against}\n{}", String::from_utf8_lossy(&out.stdout));
+        println!(
+            "--- against {against}\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         if against == "reference" {
-            assert!(out.status.success(), "not close to the reference on every prompt");
+            assert!(
+                out.status.success(),
+                "not close to the reference on every prompt"
+            );
         }
     }
 

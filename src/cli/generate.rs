@@ -83,7 +83,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             seed: a.seed,
             ..Default::default()
         },
-        stop_ids: if a.ignore_eos { Vec::new() } else { tok.end_ids.clone() },
+        stop_ids: if a.ignore_eos {
+            Vec::new()
+        } else {
+            tok.end_ids.clone()
+        },
         top_logprobs: a.logprobs.unwrap_or(0),
     };
     let out = batch::run(&model, &mut kv, &[job]).remove(0);

@@ -5,11 +5,17 @@ use sluice::config::ServeConfig;
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let state = sluice::start(&cfg)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", cfg.host, cfg.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
-        eprintln!("sluice: serving {} on http://{}", cfg.model_name(), listener.local_addr()?);
+        eprintln!(
+            "sluice: serving {} on http://{}",
+            cfg.model_name(),
+            listener.local_addr()?
+        );
         sluice::run(listener, state, cfg.max_body_bytes, shutdown_signal()).await?;
         anyhow::Ok(())
     })

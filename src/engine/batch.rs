@@ -51,7 +51,9 @@ pub fn run(model: &Model, kv: &mut KvSlab, jobs: &[Job]) -> Vec<Output> {
     let (rows, last) = prefill_rows(&prompts);
     let mut logits = model.forward(kv, &rows, &last);
     let mut outs = vec![Output::default(); jobs.len()];
-    let mut active: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].max_tokens > 0).collect();
+    let mut active: Vec<usize> = (0..jobs.len())
+        .filter(|&j| jobs[j].max_tokens > 0)
+        .collect();
     let mut live: Vec<usize> = (0..jobs.len()).collect();
     while !active.is_empty() {
         let mut next = Vec::new();
@@ -88,7 +90,10 @@ pub fn run(model: &Model, kv: &mut KvSlab, jobs: &[Job]) -> Vec<Output> {
         let rows: Vec<TokenRow> = active
             .iter()
             .map(|&j| TokenRow {
-                token: *outs[j].ids.last().expect("an active job has sampled a token"),
+                token: *outs[j]
+                    .ids
+                    .last()
+                    .expect("an active job has sampled a token"),
                 slot: j,
                 pos: jobs[j].prompt.len() + outs[j].ids.len() - 1,
             })

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
-use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -75,7 +74,6 @@ pub(crate) enum Command {
     Submit {
         req: ValidRequest,
         tx: mpsc::Sender<Event>,
-        submitted: Instant,
     },
 }
 
@@ -147,18 +145,16 @@ impl EngineHandle {
         if self
             .shared
             .waiting
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| (w < max).then_some(w + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w < max).then_some(w + 1)
+            })
             .is_err()
         {
             return Err(SubmitError::QueueFull(max));
         }
         // Room for every token, the final event and an error: sends never block the engine.
         let (tx, rx) = mpsc::channel(req.max_tokens + 2);
-        let cmd = Command::Submit {
-            req,
-            tx,
-            submitted: Instant::now(),
-        };
+        let cmd = Command::Submit { req, tx };
         match self.tx.try_send(cmd) {
             Ok(()) => Ok(rx),
             Err(e) => {

@@ -131,20 +131,18 @@ fn penalise(logits: &mut [f32], p: &SamplingParams, h: &History) {
     }
     for &(t, b) in &p.logit_bias {
         if let Some(l) = logits.get_mut(t as usize) {
-            *l = if b <= -100.0 { f32::NEG_INFINITY } else { *l + b };
+            *l = if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                *l + b
+            };
         }
     }
 }
 
 /// Chooses the next token of a sequence at generation step `step` and reports `n_top`
 /// raw alternatives. `logits` is the model's raw output and is left untouched.
-pub fn sample(
-    logits: &[f32],
-    p: &SamplingParams,
-    h: &History,
-    step: u64,
-    n_top: usize,
-) -> Sampled {
+pub fn sample(logits: &[f32], p: &SamplingParams, h: &History, step: u64, n_top: usize) -> Sampled {
     let mut work = logits.to_vec();
     penalise(&mut work, p, h);
     let token = if p.temperature <= 0.0 {
@@ -263,7 +261,10 @@ mod tests {
             .map(|s| sample(&l, &p, &History::default(), s, 0).token)
             .collect();
         assert_eq!(a, b);
-        assert!(a.iter().any(|t| *t != a[0]), "sampling should vary across steps");
+        assert!(
+            a.iter().any(|t| *t != a[0]),
+            "sampling should vary across steps"
+        );
     }
 
     #[test]

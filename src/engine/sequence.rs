@@ -1,7 +1,5 @@
 //! A running sequence: its slot lease, sampling history, detokeniser and stop state.
 
-use std::time::Instant;
-
 use tokio::sync::mpsc::Sender;
 
 use super::request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};
@@ -20,8 +18,6 @@ pub struct Sequence {
     pub lease: SlotLease,
     /// Prompt and generated ids for the penalties.
     pub history: History,
-    /// When it was submitted.
-    pub submitted: Instant,
     decoder: IncrementalDecoder,
     stop: StopText,
 }
@@ -37,7 +33,7 @@ pub enum Progress {
 
 impl Sequence {
     /// A sequence for `req` in the leased slot.
-    pub fn new(req: ValidRequest, tx: Sender<Event>, lease: SlotLease, submitted: Instant) -> Self {
+    pub fn new(req: ValidRequest, tx: Sender<Event>, lease: SlotLease) -> Self {
         let history = History {
             prompt: req.prompt.clone(),
             generated: Vec::new(),
@@ -47,7 +43,6 @@ impl Sequence {
             tx,
             lease,
             history,
-            submitted,
             decoder: IncrementalDecoder::default(),
             stop: StopText::default(),
         }
@@ -70,7 +65,13 @@ impl Sequence {
 
     /// Records a sampled token, sends its event and, if the sequence is done, the final
     /// event. `context` is the slab's positions per slot.
-    pub fn accept(&mut self, s: Sampled, tok: &Tokenizer, context: usize, version: &str) -> Progress {
+    pub fn accept(
+        &mut self,
+        s: Sampled,
+        tok: &Tokenizer,
+        context: usize,
+        version: &str,
+    ) -> Progress {
         self.history.generated.push(s.token);
         let n = self.generated();
         let may_stop = n > self.req.min_tokens;
@@ -82,7 +83,11 @@ impl Sequence {
             self.stop.flush()
         } else {
             let delta = self.decoder.push(tok, s.token);
-            let stops: &[String] = if may_stop { &self.req.stop_strings } else { &[] };
+            let stops: &[String] = if may_stop {
+                &self.req.stop_strings
+            } else {
+                &[]
+            };
             match self.stop.push(&delta, stops) {
                 Release::Stopped(t) => {
                     finish = Some(FinishReason::Stop);

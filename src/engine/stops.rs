@@ -38,7 +38,11 @@ impl StopText {
         let first = stops
             .iter()
             .filter(|s| !s.is_empty())
-            .filter_map(|s| self.text[search_from..].find(s.as_str()).map(|p| search_from + p))
+            .filter_map(|s| {
+                self.text[search_from..]
+                    .find(s.as_str())
+                    .map(|p| search_from + p)
+            })
             .min();
         if let Some(end) = first {
             let end = end.max(self.released);
@@ -54,7 +58,8 @@ impl StopText {
                 if k > hold
                     && self.text.is_char_boundary(tail_start)
                     && s.is_char_boundary(k)
-                    && s.as_bytes().starts_with(&self.text.as_bytes()[tail_start..])
+                    && s.as_bytes()
+                        .starts_with(&self.text.as_bytes()[tail_start..])
                 {
                     hold = k;
                     break;

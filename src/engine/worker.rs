@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::Sender;
 
@@ -23,7 +23,6 @@ use crate::tokenizer::Tokenizer;
 struct Queued {
     req: ValidRequest,
     tx: Sender<Event>,
-    submitted: Instant,
 }
 
 /// The state the engine thread owns.
@@ -47,7 +46,13 @@ impl Worker {
         shared: Arc<Shared>,
     ) -> Self {
         let c = &model.config;
-        let kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, config.slots, config.context);
+        let kv = KvSlab::new(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            config.slots,
+            config.context,
+        );
         let seed_counter = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -95,12 +100,12 @@ impl Worker {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { mut req, tx, submitted } => {
+            Command::Submit { mut req, tx } => {
                 if !req.seeded {
                     self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
                     req.params.seed = self.seed_counter;
                 }
-                self.queue.push_back(Queued { req, tx, submitted });
+                self.queue.push_back(Queued { req, tx });
             }
         }
     }
@@ -145,10 +150,14 @@ impl Worker {
             for (k, &i) in p.picks.iter().enumerate() {
                 picked.push(self.queue.remove(i - k).expect("plan picks queue indices"));
             }
-            self.shared.waiting.fetch_sub(picked.len(), Ordering::SeqCst);
+            self.shared
+                .waiting
+                .fetch_sub(picked.len(), Ordering::SeqCst);
             let real: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
             self.shared.prefill_tokens.fetch_add(real, Ordering::SeqCst);
-            self.shared.padding_tokens.fetch_add(p.padding(&waiting), Ordering::SeqCst);
+            self.shared
+                .padding_tokens
+                .fetch_add(p.padding(&waiting), Ordering::SeqCst);
             self.prefill(picked);
         }
     }
@@ -156,8 +165,11 @@ impl Worker {
     fn prefill(&mut self, batch: Vec<Queued>) {
         let mut seqs = Vec::with_capacity(batch.len());
         for q in batch {
-            let lease = self.pool.lease().expect("plan never exceeds the free slots");
-            seqs.push(Sequence::new(q.req, q.tx, lease, q.submitted));
+            let lease = self
+                .pool
+                .lease()
+                .expect("plan never exceeds the free slots");
+            seqs.push(Sequence::new(q.req, q.tx, lease));
         }
         let mut rows = Vec::new();
         let mut last = Vec::new();
@@ -181,7 +193,11 @@ impl Worker {
         let rows: Vec<TokenRow> = seqs
             .iter()
             .map(|s| TokenRow {
-                token: *s.history.generated.last().expect("running sequences have a token"),
+                token: *s
+                    .history
+                    .generated
+                    .last()
+                    .expect("running sequences have a token"),
                 slot: s.lease.slot(),
                 pos: s.last_position(),
             })
@@ -202,7 +218,8 @@ impl Worker {
             let params: &SamplingParams = if s.generated() < s.req.min_tokens {
                 // Before min_tokens, end tokens cannot be chosen.
                 let mut p = s.req.params.clone();
-                p.logit_bias.extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
+                p.logit_bias
+                    .extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
                 banned = p;
                 &banned
             } else {
@@ -217,6 +234,8 @@ impl Worker {
     }
 
     fn publish(&self) {
-        self.shared.running.store(self.running.len(), Ordering::SeqCst);
+        self.shared
+            .running
+            .store(self.running.len(), Ordering::SeqCst);
     }
 }

@@ -15,15 +15,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError {
-            status: e.status(),
-            message: match e.status().as_u16() {
-                413 => "the request body is larger than the server's limit".to_string(),
-                _ => e.body_text(),
-            },
-            param: None,
-            code: Some(if e.status().as_u16() == 413 { "body_too_large" } else { "invalid_body" }),
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError {
+                status: e.status(),
+                message: match e.status().as_u16() {
+                    413 => "the request body is larger than the server's limit".to_string(),
+                    _ => e.body_text(),
+                },
+                param: None,
+                code: Some(if e.status().as_u16() == 413 {
+                    "body_too_large"
+                } else {
+                    "invalid_body"
+                }),
+            })?;
         parse(&bytes).map(Json)
     }
 }
@@ -69,7 +75,8 @@ fn blame<T: DeserializeOwned>(bytes: &[u8]) -> Option<String> {
         .find(|k| without(k).is_ok())
         .or_else(|| {
             map.keys().find(|k| {
-                without(k).is_err_and(|e| e.to_string().starts_with(&format!("missing field `{k}`")))
+                without(k)
+                    .is_err_and(|e| e.to_string().starts_with(&format!("missing field `{k}`")))
             })
         })
         .cloned()

@@ -33,7 +33,12 @@ pub struct AppState {
 
 impl AppState {
     /// State for a running engine.
-    pub fn new(engine: EngineHandle, tokenizer: Arc<Tokenizer>, model_name: &str, limits: Limits) -> Self {
+    pub fn new(
+        engine: EngineHandle,
+        tokenizer: Arc<Tokenizer>,
+        model_name: &str,
+        limits: Limits,
+    ) -> Self {
         Self {
             engine,
             tokenizer,

@@ -33,7 +33,12 @@ impl Plan {
 /// fixes the bucket; later requests of the same bucket join in queue order while there
 /// are free slots and the padded shape stays within `max_tokens` (the oldest request is
 /// taken even when its bucket alone exceeds the budget).
-pub fn plan(queue: &[Waiting], free_slots: usize, max_tokens: usize, buckets: Buckets) -> Option<Plan> {
+pub fn plan(
+    queue: &[Waiting],
+    free_slots: usize,
+    max_tokens: usize,
+    buckets: Buckets,
+) -> Option<Plan> {
     let first = queue.first()?;
     if free_slots == 0 {
         return None;
@@ -58,14 +63,22 @@ mod tests {
     const B: Buckets = Buckets { min: 16, max: 2048 };
 
     fn queue(lens: &[usize]) -> Vec<Waiting> {
-        lens.iter().map(|&prompt_len| Waiting { prompt_len }).collect()
+        lens.iter()
+            .map(|&prompt_len| Waiting { prompt_len })
+            .collect()
     }
 
     #[test]
     fn groups_the_oldest_requests_bucket() {
         let q = queue(&[20, 5, 30, 100, 17]);
         let p = plan(&q, 8, 4096, B).unwrap();
-        assert_eq!(p, Plan { picks: vec![0, 2, 4], bucket: 32 });
+        assert_eq!(
+            p,
+            Plan {
+                picks: vec![0, 2, 4],
+                bucket: 32
+            }
+        );
         assert_eq!(p.padding(&q), 12 + 2 + 15);
     }
 
@@ -81,6 +94,12 @@ mod tests {
     #[test]
     fn oldest_is_taken_even_over_budget() {
         let q = queue(&[1500, 1400]);
-        assert_eq!(plan(&q, 4, 512, B).unwrap(), Plan { picks: vec![0], bucket: 2048 });
+        assert_eq!(
+            plan(&q, 4, 512, B).unwrap(),
+            Plan {
+                picks: vec![0],
+                bucket: 2048
+            }
+        );
     }
 }

@@ -44,9 +44,13 @@ fn token_types(file: &GgufFile) -> Vec<u32> {
 }
 
 fn split(regex: &str) -> Result<PreTokenizerWrapper, ModelError> {
-    Split::new(SplitPattern::Regex(regex.into()), SplitDelimiterBehavior::Isolated, false)
-        .map(Into::into)
-        .map_err(|e| ModelError::Tokenizer(e.to_string()))
+    Split::new(
+        SplitPattern::Regex(regex.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map(Into::into)
+    .map_err(|e| ModelError::Tokenizer(e.to_string()))
 }
 
 /// The pre-tokenizer for a `tokenizer.ggml.pre` name.
@@ -133,10 +137,10 @@ pub fn end_ids(file: &GgufFile, tok: &tokenizers::Tokenizer) -> Vec<u32> {
         "<|end|>",
         "</s>",
     ] {
-        if let Some(id) = tok.token_to_id(name) {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
+        if let Some(id) = tok.token_to_id(name)
+            && !ids.contains(&id)
+        {
+            ids.push(id);
         }
     }
     ids

@@ -18,7 +18,9 @@ impl IncrementalDecoder {
     /// Adds one id and returns the text that became complete, possibly empty.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> String {
         self.ids.push(id);
-        let before = tok.decode(&self.ids[self.prefix..self.read]).unwrap_or_default();
+        let before = tok
+            .decode(&self.ids[self.prefix..self.read])
+            .unwrap_or_default();
         let now = tok.decode(&self.ids[self.prefix..]).unwrap_or_default();
         if now.len() > before.len()
             && !now.ends_with('\u{FFFD}')
@@ -42,7 +44,9 @@ impl IncrementalDecoder {
     /// Text still held back at the end of the stream (an incomplete character is
     /// emitted as U+FFFD, as a non-streaming decode of the same ids shows it).
     pub fn finish(&mut self, tok: &Tokenizer) -> String {
-        let before = tok.decode(&self.ids[self.prefix..self.read]).unwrap_or_default();
+        let before = tok
+            .decode(&self.ids[self.prefix..self.read])
+            .unwrap_or_default();
         let now = tok.decode(&self.ids[self.prefix..]).unwrap_or_default();
         self.ids.clear();
         self.prefix = 0;

@@ -64,8 +64,11 @@ pub fn server_with(tweak: impl FnOnce(&mut sluice::config::ServeConfig)) -> &'st
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().expect("runtime");
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                tx.send(listener.local_addr().expect("addr")).expect("send addr");
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                tx.send(listener.local_addr().expect("addr"))
+                    .expect("send addr");
                 sluice::run(listener, state, body_limit, std::future::pending())
                     .await
                     .expect("serve");

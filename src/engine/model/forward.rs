@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{axpy, dot};
+use super::kernels::{attend, dot};
 use super::{Layer, Model};
 use crate::engine::kv::KvSlab;
 
@@ -139,18 +139,7 @@ impl Model {
                 let len = r.pos + 1;
                 let (keys, values) = kv.read(layer, r.slot, head / group, len);
                 let qh = &q[(i * c.n_heads + head) * hd..][..hd];
-                scores.clear();
-                scores.extend(keys.chunks_exact(hd).map(|kj| dot(qh, kj) * scale));
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                o.fill(0.0);
-                for (p, vj) in scores.iter().zip(values.chunks_exact(hd)) {
-                    axpy(p / sum, vj, o);
-                }
+                attend(qh, keys, values, scale, scores, o);
             },
         );
     }

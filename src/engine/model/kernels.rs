@@ -45,7 +45,11 @@ impl Simd {
             };
             // Never pick a level above what the CPU has.
             let rank = |s: Simd| s as u8;
-            if rank(wanted) <= rank(best) { wanted } else { best }
+            if rank(wanted) <= rank(best) {
+                wanted
+            } else {
+                best
+            }
         })
     }
 }
@@ -80,6 +84,83 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
         // SAFETY: as above.
         Simd::Avx2 => unsafe { axpy_avx2(alpha, x, y) },
         _ => axpy_body(alpha, x, y, |a, x, y| a * x + y),
+    }
+}
+
+/// Attention of one query head over `len = keys.len() / q.len()` positions: softmax of
+/// the scaled scores, then the weighted sum of `values`, into `out`. `scores` is scratch.
+pub fn attend(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    match Simd::current() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
+        Simd::Avx512 => unsafe { attend_avx512(q, keys, values, scale, scores, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Simd::Avx2 => unsafe { attend_avx2(q, keys, values, scale, scores, out) },
+        _ => attend_body(q, keys, values, scale, scores, out, |x, y, acc| x * y + acc),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn attend_avx512(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    scale: f32,
+    s: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    attend_body(q, k, v, scale, s, out, f32::mul_add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    scale: f32,
+    s: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    attend_body(q, k, v, scale, s, out, f32::mul_add)
+}
+
+#[inline(always)]
+fn attend_body(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
+) {
+    let hd = q.len();
+    scores.clear();
+    // Plain loops, not iterator closures: closures are compiled without the caller's
+    // target features and would turn every FMA into a libm call.
+    for k in keys.chunks_exact(hd) {
+        scores.push(dot_body(q, k, fma) * scale);
+    }
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    out.fill(0.0);
+    for (p, v) in scores.iter().zip(values.chunks_exact(hd)) {
+        axpy_body(p * inv, v, out, fma);
     }
 }
 
@@ -164,7 +245,10 @@ mod tests {
                     continue;
                 }
                 let got = dot_at(level, &a, &b) as f64;
-                assert!((got - exact).abs() < 1e-4, "{level:?} n={n}: {got} vs {exact}");
+                assert!(
+                    (got - exact).abs() < 1e-4,
+                    "{level:?} n={n}: {got} vs {exact}"
+                );
             }
         }
     }

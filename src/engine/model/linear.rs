@@ -6,14 +6,15 @@
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
-    BlockQ6K, BlockQ8_0, GgmlType,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, GgmlType,
 };
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::gguf::{GgufFile, ModelError};
 use super::kernels::dot;
+use super::packed::PackedMatrix;
 
 /// Rows of the weight matrix dequantised together by one task.
 const TILE_ROWS: usize = 16;
@@ -51,7 +52,13 @@ pub struct QLinear {
     pub cols: usize,
     /// Quantisation type as found in the file.
     pub dtype: GgmlDType,
-    src: Box<dyn RowSource>,
+    src: Source,
+}
+
+/// Where the weights live: a fast-path packing or a generic block source.
+enum Source {
+    Packed(PackedMatrix),
+    Rows(Box<dyn RowSource>),
 }
 
 /// Copies raw little-endian block bytes into a properly aligned `Vec<B>`.
@@ -93,14 +100,14 @@ impl QLinear {
                 });
             }
         };
-        if let Some((er, ec)) = expected {
-            if (er, ec) != (rows, cols) {
-                return Err(ModelError::Shape {
-                    name: name.into(),
-                    found: dims,
-                    expected: vec![er, ec],
-                });
-            }
+        if let Some((er, ec)) = expected
+            && (er, ec) != (rows, cols)
+        {
+            return Err(ModelError::Shape {
+                name: name.into(),
+                found: dims,
+                expected: vec![er, ec],
+            });
         }
         Self::load_rows(file, name, dtype, rows, cols)
     }
@@ -113,11 +120,19 @@ impl QLinear {
         cols: usize,
     ) -> Result<Self, ModelError> {
         let (_, _, bytes) = file.tensor(name)?;
-        if cols % dtype.block_size() != 0 {
+        if !cols.is_multiple_of(dtype.block_size()) {
             return Err(ModelError::Shape {
                 name: name.into(),
                 found: vec![rows, cols],
                 expected: vec![rows, cols.next_multiple_of(dtype.block_size())],
+            });
+        }
+        if let Some(p) = PackedMatrix::new(dtype, bytes, rows, cols) {
+            return Ok(Self {
+                rows,
+                cols,
+                dtype,
+                src: Source::Packed(p),
             });
         }
         let per_row = cols / dtype.block_size();
@@ -164,13 +179,16 @@ impl QLinear {
             rows,
             cols,
             dtype,
-            src,
+            src: Source::Rows(src),
         })
     }
 
     /// Row `r` as f32 (used for embedding lookups).
     pub fn row(&self, r: usize, out: &mut [f32]) {
-        self.src.row(r, out);
+        match &self.src {
+            Source::Packed(p) => p.row(r, out),
+            Source::Rows(s) => s.row(r, out),
+        }
     }
 
     /// `y[n x rows] = x[n x cols] · Wᵀ`. Every output element is computed the same way
@@ -180,19 +198,31 @@ impl QLinear {
         assert_eq!(x.len(), n * cols, "activation shape");
         assert_eq!(y.len(), n * rows, "output shape");
         let out = SendPtr(y.as_mut_ptr());
+        let src = match &self.src {
+            Source::Packed(p) => {
+                (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
+                    let r0 = t * TILE_ROWS;
+                    let r1 = (r0 + TILE_ROWS).min(rows);
+                    // SAFETY: tasks own disjoint row ranges [r0, r1), so each output
+                    // element i*rows + r is written by exactly one task, in bounds.
+                    unsafe { p.matmul_rows(x, n, r0, r1, out.get(), rows) };
+                });
+                return;
+            }
+            Source::Rows(s) => s,
+        };
         (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each_init(
             || vec![0f32; TILE_ROWS * cols],
             |tile, t| {
                 let r0 = t * TILE_ROWS;
                 let r1 = (r0 + TILE_ROWS).min(rows);
                 for r in r0..r1 {
-                    self.src.row(r, &mut tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+                    src.row(r, &mut tile[(r - r0) * cols..(r - r0 + 1) * cols]);
                 }
                 for (i, xi) in x.chunks_exact(cols).enumerate() {
                     for r in r0..r1 {
                         let d = dot(xi, &tile[(r - r0) * cols..(r - r0 + 1) * cols]);
-                        // SAFETY: tasks own disjoint row ranges [r0, r1), so each output
-                        // element i*rows + r is written by exactly one task, in bounds.
+                        // SAFETY: as above.
                         unsafe { *out.get().add(i * rows + r) = d };
                     }
                 }

@@ -5,6 +5,9 @@ mod forward;
 pub mod gguf;
 pub mod kernels;
 pub mod linear;
+pub mod packed;
+#[cfg(target_arch = "x86_64")]
+mod packed_x86;
 
 use std::path::Path;
 
@@ -77,7 +80,11 @@ impl Weights {
             });
         }
         let head = match file.content.tensor_infos.contains_key("output.weight") {
-            true => Some(QLinear::load(file, "output.weight", Some((c.vocab, c.dim)))?),
+            true => Some(QLinear::load(
+                file,
+                "output.weight",
+                Some((c.vocab, c.dim)),
+            )?),
             false => None,
         };
         Ok(Self {

@@ -21,7 +21,11 @@ use crate::validation;
 fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> ChatLogprobs {
     let entry = |id: u32, logprob: f32| {
         let token = token_text(tok, id);
-        TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob }
+        TopLogprob {
+            bytes: token.as_bytes().to_vec(),
+            token,
+            logprob,
+        }
     };
     ChatLogprobs {
         content: tokens
@@ -61,7 +65,10 @@ impl ChunkMaker for Chunks {
             .map(|index| {
                 self.chunk(ChatChunkChoice {
                     index,
-                    delta: ChatDelta { role: Some("assistant"), content: Some(String::new()) },
+                    delta: ChatDelta {
+                        role: Some("assistant"),
+                        content: Some(String::new()),
+                    },
                     logprobs: None,
                     finish_reason: None,
                 })
@@ -70,13 +77,17 @@ impl ChunkMaker for Chunks {
     }
 
     fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String> {
-        let lp = (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
+        let lp =
+            (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
         if t.text.is_empty() && lp.is_none() {
             return None;
         }
         Some(self.chunk(ChatChunkChoice {
             index,
-            delta: ChatDelta { role: None, content: Some(t.text.clone()) },
+            delta: ChatDelta {
+                role: None,
+                content: Some(t.text.clone()),
+            },
             logprobs: lp,
             finish_reason: None,
         }))
@@ -100,7 +111,10 @@ impl ChunkMaker for Chunks {
 }
 
 /// Answers a conversation, whole or streamed.
-pub async fn handle(State(s): State<AppState>, Json(r): Json<ChatRequest>) -> Result<Response, ApiError> {
+pub async fn handle(
+    State(s): State<AppState>,
+    Json(r): Json<ChatRequest>,
+) -> Result<Response, ApiError> {
     let v = validation::chat(&r, &s.tokenizer, &s.limits, &s.model_name)?;
     let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
     let streams = run::submit(&s.engine, v.requests.clone())?;
@@ -133,7 +147,10 @@ pub async fn handle(State(s): State<AppState>, Json(r): Json<ChatRequest>) -> Re
         system_fingerprint: version,
         choices: Vec::new(),
         usage: run::usage(
-            choices.iter().enumerate().map(|(i, c)| (i, c.finish.clone().expect("finished"))),
+            choices
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i, c.finish.clone().expect("finished"))),
             v.n,
         ),
     };
@@ -142,7 +159,10 @@ pub async fn handle(State(s): State<AppState>, Json(r): Json<ChatRequest>) -> Re
         resp.system_fingerprint = f.weights_version.clone();
         resp.choices.push(ChatChoice {
             index,
-            message: ChatMessageOut { role: "assistant", content: c.text.clone() },
+            message: ChatMessageOut {
+                role: "assistant",
+                content: c.text.clone(),
+            },
             logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
             finish_reason: Some(f.reason.as_str()),
         });

@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
-use super::types::{CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage};
+use super::types::{
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage,
+};
 use crate::engine::{Finish, TokenEvent};
 use crate::error::ApiError;
 use crate::http::AppState;
@@ -24,7 +26,12 @@ fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent], mut offset: usize) -> Comple
         offset += text.len();
         lp.tokens.push(text);
         lp.token_logprobs.push(t.logprob);
-        lp.top_logprobs.push(t.top.iter().map(|&(id, l)| (token_text(tok, id), l)).collect::<HashMap<_, _>>());
+        lp.top_logprobs.push(
+            t.top
+                .iter()
+                .map(|&(id, l)| (token_text(tok, id), l))
+                .collect::<HashMap<_, _>>(),
+        );
     }
     lp
 }
@@ -39,9 +46,20 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn chunk(&self, index: usize, text: String, logprobs: Option<CompletionLogprobs>, finish: Option<&'static str>) -> String {
+    fn chunk(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<&'static str>,
+    ) -> String {
         let mut c = self.base.clone();
-        c.choices = vec![CompletionChoice { index, text, logprobs, finish_reason: finish }];
+        c.choices = vec![CompletionChoice {
+            index,
+            text,
+            logprobs,
+            finish_reason: finish,
+        }];
         serde_json::to_string(&c).expect("completion chunks serialise")
     }
 }
@@ -84,7 +102,10 @@ impl ChunkMaker for Chunks {
 }
 
 /// Generates completions for one or more prompts, whole or streamed.
-pub async fn handle(State(s): State<AppState>, Json(r): Json<CompletionRequest>) -> Result<Response, ApiError> {
+pub async fn handle(
+    State(s): State<AppState>,
+    Json(r): Json<CompletionRequest>,
+) -> Result<Response, ApiError> {
     let v = validation::completion(&r, &s.tokenizer, &s.limits, &s.model_name)?;
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let mut base = CompletionResponse {
@@ -101,7 +122,11 @@ pub async fn handle(State(s): State<AppState>, Json(r): Json<CompletionRequest>)
         let maker = Chunks {
             tok: s.tokenizer.clone(),
             base,
-            echo: if v.echo { v.prompt_texts.clone() } else { Vec::new() },
+            echo: if v.echo {
+                v.prompt_texts.clone()
+            } else {
+                Vec::new()
+            },
             n: v.n,
             want_logprobs,
             offsets: HashMap::new(),
@@ -112,7 +137,11 @@ pub async fn handle(State(s): State<AppState>, Json(r): Json<CompletionRequest>)
     for (i, c) in choices.iter().enumerate() {
         let f = c.finish.as_ref().expect("collected choices are finished");
         base.system_fingerprint = f.weights_version.clone();
-        let prefix = if v.echo { v.prompt_texts[i / v.n].clone() } else { String::new() };
+        let prefix = if v.echo {
+            v.prompt_texts[i / v.n].clone()
+        } else {
+            String::new()
+        };
         base.choices.push(CompletionChoice {
             index: i,
             logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens, prefix.len())),
@@ -121,7 +150,10 @@ pub async fn handle(State(s): State<AppState>, Json(r): Json<CompletionRequest>)
         });
     }
     base.usage = Some(run::usage(
-        choices.iter().enumerate().map(|(i, c)| (i, c.finish.clone().expect("finished"))),
+        choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.finish.clone().expect("finished"))),
         v.n,
     ));
     Ok(axum::Json(base).into_response())

@@ -26,7 +26,10 @@ pub async fn list(State(s): State<AppState>) -> Json<ModelList> {
 }
 
 /// Describes the served model; 404 for any other id.
-pub async fn get_one(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
+pub async fn get_one(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ModelCard>, ApiError> {
     if id != *s.model_name {
         return Err(ApiError::model_not_found(&id));
     }

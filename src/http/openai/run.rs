@@ -24,8 +24,13 @@ pub struct Choice {
 }
 
 /// Submits every request; if one is refused the others are dropped, which cancels them.
-pub fn submit(engine: &EngineHandle, reqs: Vec<ValidRequest>) -> Result<Vec<EventStream>, ApiError> {
-    reqs.into_iter().map(|r| engine.submit(r).map_err(ApiError::from)).collect()
+pub fn submit(
+    engine: &EngineHandle,
+    reqs: Vec<ValidRequest>,
+) -> Result<Vec<EventStream>, ApiError> {
+    reqs.into_iter()
+        .map(|r| engine.submit(r).map_err(ApiError::from))
+        .collect()
 }
 
 async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
@@ -43,7 +48,9 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
             Event::Error(m) => return Err(ApiError::internal(m)),
         }
     }
-    Err(ApiError::unavailable("the engine stopped before the answer was complete"))
+    Err(ApiError::unavailable(
+        "the engine stopped before the answer was complete",
+    ))
 }
 
 /// Waits for every choice to finish.
@@ -123,24 +130,33 @@ pub fn sse<M: ChunkMaker>(
                     Some(c)
                 }
                 Some((_, Event::Error(m))) => {
-                    let _ = tx.send(SseEvent::default().data(ApiError::internal(m).body().to_string())).await;
+                    let _ = tx
+                        .send(SseEvent::default().data(ApiError::internal(m).body().to_string()))
+                        .await;
                     return;
                 }
                 None => {
-                    let e = ApiError::unavailable("the engine stopped before the answer was complete");
-                    let _ = tx.send(SseEvent::default().data(e.body().to_string())).await;
+                    let e =
+                        ApiError::unavailable("the engine stopped before the answer was complete");
+                    let _ = tx
+                        .send(SseEvent::default().data(e.body().to_string()))
+                        .await;
                     return;
                 }
             };
-            if let Some(c) = chunk {
-                if tx.send(SseEvent::default().data(c)).await.is_err() {
-                    return;
-                }
+            if let Some(c) = chunk
+                && tx.send(SseEvent::default().data(c)).await.is_err()
+            {
+                return;
             }
         }
         if include_usage {
             let u = usage(finishes.into_iter(), n);
-            if tx.send(SseEvent::default().data(maker.usage(u))).await.is_err() {
+            if tx
+                .send(SseEvent::default().data(maker.usage(u)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }

@@ -17,7 +17,12 @@ pub async fn tokenize(
     let text = match (&r.prompt, &r.messages) {
         (Some(p), None) => p.clone(),
         (None, Some(m)) => s.tokenizer.apply_chat_template(&messages(m)?)?,
-        _ => return Err(ApiError::invalid("prompt", "give exactly one of `prompt` and `messages`")),
+        _ => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "give exactly one of `prompt` and `messages`",
+            ));
+        }
     };
     let tokens = s.tokenizer.encode(&text)?;
     Ok(axum::Json(TokenizeResponse {
@@ -33,8 +38,15 @@ pub async fn detokenize(
     Json(r): Json<DetokenizeRequest>,
 ) -> Result<axum::Json<DetokenizeResponse>, ApiError> {
     check_model(r.model.as_deref(), &s.model_name)?;
-    if let Some(t) = r.tokens.iter().find(|&&t| t as usize >= s.tokenizer.vocab_size) {
-        return Err(ApiError::invalid("tokens", format!("token id {t} is outside the vocabulary")));
+    if let Some(t) = r
+        .tokens
+        .iter()
+        .find(|&&t| t as usize >= s.tokenizer.vocab_size)
+    {
+        return Err(ApiError::invalid(
+            "tokens",
+            format!("token id {t} is outside the vocabulary"),
+        ));
     }
     Ok(axum::Json(DetokenizeResponse {
         prompt: s.tokenizer.decode(&r.tokens)?,
