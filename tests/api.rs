@@ -253,11 +253,19 @@ async fn models_tokenize_and_detokenize() {
 
 #[tokio::test]
 async fn greedy_api_output_equals_sluice_generate() {
-    // `sluice generate` and the API must agree token for token on the reference prompts.
+    // `sluice generate` and the API agree token for token on every reference prompt.
     let r = common::reference();
     let bin = env!("CARGO_BIN_EXE_sluice");
-    for e in r["raw"].as_array().unwrap().iter().take(4) {
-        let prompt = e["prompt"].as_str().unwrap();
+    let entries = r["raw"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(r["chat"].as_array().unwrap());
+    for e in entries {
+        let prompt = e["prompt"]
+            .as_str()
+            .or(e["chat_prompt_text"].as_str())
+            .unwrap();
         let out = std::process::Command::new(bin)
             .args([
                 "generate",
@@ -287,12 +295,57 @@ async fn greedy_api_output_equals_sluice_generate() {
         )
         .await;
         assert_eq!(status, 200);
-        let n_api = api["choices"][0]["logprobs"]["tokens"]
+        let api_tokens: Vec<&str> = api["choices"][0]["logprobs"]["tokens"]
             .as_array()
             .unwrap()
-            .len();
-        let (_, d) = post("/detokenize", json!({"tokens": cli})).await;
-        assert_eq!(api["choices"][0]["text"], d["prompt"], "{prompt}: text");
-        assert_eq!((n_api, cli.len()), (16, 16), "{prompt}: token counts");
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(api_tokens.len(), 16);
+        let mut cli_tokens = Vec::new();
+        for id in &cli {
+            let (_, d) = post("/detokenize", json!({"tokens": [id]})).await;
+            cli_tokens.push(d["prompt"].as_str().unwrap().to_string());
+        }
+        assert_eq!(api_tokens, cli_tokens, "{prompt:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_frees_its_slot() {
+    let url = format!("{}/v1/completions", common::server());
+    let body = json!({"prompt": "Tell me a long story.", "max_tokens": 500, "ignore_eos": true, "stream": true});
+    for _ in 0..3 {
+        let r = client().post(&url).json(&body).send().await.unwrap();
+        let mut s = r.bytes_stream();
+        s.next().await.expect("first chunk").unwrap();
+        drop(s);
+    }
+    let start = std::time::Instant::now();
+    while common::engine().running() > 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "slots still busy after disconnect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A non-streaming client that gives up is cancelled too.
+    let slow = client()
+        .post(&url)
+        .json(&json!({"prompt": "Tell me a long story.", "max_tokens": 500, "ignore_eos": true}))
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(
+        slow.is_err(),
+        "the request should have timed out on the client side"
+    );
+    let start = std::time::Instant::now();
+    while common::engine().running() > 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "slot still busy after a timeout"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

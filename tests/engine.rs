@@ -209,3 +209,27 @@ async fn refusals_are_immediate_and_dropping_a_stream_frees_the_slot() {
     let c = finish(eng.submit(ValidRequest::greedy(p, 3)).unwrap()).await;
     assert_eq!(c.completion_tokens, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_request_is_not_held_by_long_batch_mates() {
+    let (eng, tok) = engine(4, 512);
+    let longs: Vec<_> = (0..3)
+        .map(|i| {
+            eng.submit(ValidRequest::greedy(prompt_of(&tok, 30, i), 200))
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = finish(
+        eng.submit(ValidRequest::greedy(prompt_of(&tok, 10, 9), 4))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(short.completion_tokens, 4);
+    // The long ones are still running when the short one is done: it joined their batch
+    // between steps and left it without waiting for them.
+    assert_eq!(eng.running(), 3, "long requests should still be decoding");
+    for l in futures::future::join_all(longs.into_iter().map(finish)).await {
+        assert_eq!(l.completion_tokens, 200);
+    }
+}

@@ -46,6 +46,14 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+static ENGINE: std::sync::OnceLock<sluice::engine::EngineHandle> = std::sync::OnceLock::new();
+
+/// The engine behind the test server (to watch its slots).
+pub fn engine() -> &'static sluice::engine::EngineHandle {
+    server();
+    ENGINE.get().expect("server started")
+}
+
 /// A real sluice server on 127.0.0.1 with the real model, started once per test binary
 /// on its own thread and runtime. Returns its base URL.
 pub fn server() -> &'static str {
@@ -59,6 +67,7 @@ pub fn server_with(tweak: impl FnOnce(&mut sluice::config::ServeConfig)) -> &'st
         let mut cfg = serve_config();
         tweak(&mut cfg);
         let state = sluice::start(&cfg).expect("server state");
+        let _ = ENGINE.set(state.engine.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let body_limit = cfg.max_body_bytes;
         std::thread::spawn(move || {

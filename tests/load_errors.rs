@@ -1,0 +1,98 @@
+//! Files sluice cannot run are refused with an error that names what was found.
+
+use std::path::PathBuf;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use sluice::engine::model::{Model, ModelError};
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("sluice-{}-{name}", std::process::id()))
+}
+
+fn write(path: &PathBuf, arch: &str, tensors: &[(&str, QTensor)]) {
+    let a = Value::String(arch.into());
+    let u = |x: u32| Value::U32(x);
+    let (blocks, dim, heads, ffn) = (u(1), u(32), u(1), u(32));
+    let meta: Vec<(String, &Value)> = vec![
+        ("general.architecture".into(), &a),
+        (format!("{arch}.block_count"), &blocks),
+        (format!("{arch}.embedding_length"), &dim),
+        (format!("{arch}.attention.head_count"), &heads),
+        (format!("{arch}.feed_forward_length"), &ffn),
+    ];
+    let meta: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &meta, &tensors).unwrap();
+}
+
+fn tensor(shape: &[usize], dtype: GgmlDType) -> QTensor {
+    let n: usize = shape.iter().product();
+    let t = Tensor::from_vec(
+        (0..n).map(|i| (i % 7) as f32 / 7.0).collect::<Vec<f32>>(),
+        shape,
+        &Device::Cpu,
+    )
+    .unwrap();
+    QTensor::quantize(&t, dtype).unwrap()
+}
+
+fn err(path: &PathBuf) -> String {
+    match Model::load(path) {
+        Ok(_) => panic!("{} should not load", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn another_architecture_is_named() {
+    let p = tmp("gemma3.gguf");
+    write(
+        &p,
+        "gemma3",
+        &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
+    );
+    let e = err(&p);
+    assert!(e.contains("gemma3") && e.contains("architecture"), "{e}");
+    let p = tmp("phi3.gguf");
+    write(
+        &p,
+        "phi3",
+        &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
+    );
+    assert!(err(&p).contains("phi3"));
+}
+
+#[test]
+fn an_unsupported_quantisation_is_named_with_its_tensor() {
+    let p = tmp("q81.gguf");
+    write(
+        &p,
+        "llama",
+        &[
+            ("token_embd.weight", tensor(&[64, 32], GgmlDType::F32)),
+            ("blk.0.attn_norm.weight", tensor(&[32], GgmlDType::F32)),
+            ("blk.0.attn_q.weight", tensor(&[32, 32], GgmlDType::Q8_1)),
+        ],
+    );
+    let e = err(&p);
+    assert!(
+        e.contains("blk.0.attn_q.weight") && e.contains("Q8_1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_and_non_gguf_files_are_refused() {
+    let missing = tmp("nothing-here.gguf");
+    assert!(matches!(
+        Model::load(&missing),
+        Err(ModelError::Open { .. })
+    ));
+    let p = tmp("not.gguf");
+    std::fs::write(&p, b"definitely not a gguf file").unwrap();
+    let e = Model::load(&p).err().expect("refused");
+    assert!(matches!(e, ModelError::NotGguf { .. }), "{e}");
+}
