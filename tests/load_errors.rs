@@ -11,7 +11,7 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sluice-{}-{name}", std::process::id()))
 }
 
-fn write(path: &PathBuf, arch: &str, tensors: &[(&str, QTensor)]) {
+fn write(path: &std::path::Path, arch: &str, tensors: &[(&str, QTensor)]) {
     let a = Value::String(arch.into());
     let u = |x: u32| Value::U32(x);
     let (blocks, dim, heads, ffn) = (u(1), u(32), u(1), u(32));
@@ -39,7 +39,7 @@ fn tensor(shape: &[usize], dtype: GgmlDType) -> QTensor {
     QTensor::quantize(&t, dtype).unwrap()
 }
 
-fn err(path: &PathBuf) -> String {
+fn err(path: &std::path::Path) -> String {
     match Model::load(path) {
         Ok(_) => panic!("{} should not load", path.display()),
         Err(e) => e.to_string(),

@@ -75,6 +75,19 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
             text,
             "round trip of {text:?}"
         );
+        // Incremental decoding (E17): whole characters only, concatenating to the text.
+        let mut dec = IncrementalDecoder::default();
+        let mut streamed = String::new();
+        for &id in &got {
+            let delta = dec.push(&tok, id);
+            assert!(
+                !delta.contains('\u{FFFD}'),
+                "partial character streamed for {text:?}"
+            );
+            streamed.push_str(&delta);
+        }
+        streamed.push_str(&dec.finish(&tok));
+        assert_eq!(streamed, text, "incremental decode of {text:?}");
     }
 }
 
