@@ -4,6 +4,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod scheduler;
 pub mod tokenizer;
 pub mod validation;
@@ -31,7 +32,8 @@ pub fn start(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     })?;
     let model = Model::from_file(&file)?;
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file, cfg.tokenizer.as_deref())?);
-    let engine = EngineHandle::start(model, tokenizer.clone(), cfg.engine());
+    let metrics = Arc::new(metrics::Metrics::new(cfg.slots, &cfg.model_name()));
+    let engine = EngineHandle::start_with_metrics(model, tokenizer.clone(), cfg.engine(), metrics);
     Ok(AppState::new(
         engine,
         tokenizer,

@@ -89,11 +89,13 @@ fn check_ids(ids: &[u32], vocab: usize, param: &str) -> Result<(), ApiError> {
 }
 
 /// The fields common to both endpoints, for prompts already tokenised.
+#[allow(clippy::too_many_arguments)]
 fn build(
     c: &CommonParams,
     prompts: Vec<Vec<u32>>,
     default_max: Option<usize>,
     logprobs: Option<usize>,
+    route: &'static str,
     tok: &Tokenizer,
     limits: &Limits,
 ) -> Result<(Vec<ValidRequest>, usize), ApiError> {
@@ -277,6 +279,7 @@ fn build(
                 stop_ids: stop_ids.clone(),
                 stop_strings: stop_strings.clone(),
                 logprobs,
+                route,
             });
         }
     }
@@ -343,7 +346,15 @@ pub fn completion(
             format!("give between 1 and {} prompts", limits.max_prompts),
         ));
     }
-    let (requests, n) = build(&r.common, prompts, Some(16), logprobs, tok, limits)?;
+    let (requests, n) = build(
+        &r.common,
+        prompts,
+        Some(16),
+        logprobs,
+        "completions",
+        tok,
+        limits,
+    )?;
     Ok(Validated {
         requests,
         prompt_texts: texts,
@@ -437,7 +448,7 @@ pub fn chat(
         }
         common.max_tokens = Some(m);
     }
-    let (requests, n) = build(&common, vec![prompt], None, logprobs, tok, limits)?;
+    let (requests, n) = build(&common, vec![prompt], None, logprobs, "chat", tok, limits)?;
     Ok(Validated {
         requests,
         prompt_texts: vec![text],

@@ -3,12 +3,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
 use super::model::Model;
 use super::request::{Event, ValidRequest};
 use super::worker::Worker;
+use crate::metrics::Metrics;
 use crate::tokenizer::Tokenizer;
 
 /// Engine sizing and policy.
@@ -69,11 +71,24 @@ pub enum SubmitError {
     EngineDown,
 }
 
+impl SubmitError {
+    /// Label for `sluice_requests_rejected_total{reason}`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SubmitError::QueueFull(_) => "queue_full",
+            SubmitError::TooLong { .. } => "context_length",
+            SubmitError::EmptyPrompt => "empty_prompt",
+            SubmitError::EngineDown => "engine_down",
+        }
+    }
+}
+
 /// Work sent to the engine thread.
 pub(crate) enum Command {
     Submit {
         req: ValidRequest,
         tx: mpsc::Sender<Event>,
+        submitted: Instant,
     },
 }
 
@@ -93,14 +108,26 @@ pub struct EngineHandle {
     tx: SyncSender<Command>,
     shared: Arc<Shared>,
     config: Arc<EngineConfig>,
+    metrics: Arc<Metrics>,
 }
 
 /// The events of one request. Dropping it cancels the request.
 pub type EventStream = mpsc::Receiver<Event>;
 
 impl EngineHandle {
-    /// Starts the engine thread on `model` and returns once it runs.
+    /// Starts the engine thread on `model`, with metrics of its own.
     pub fn start(model: Model, tokenizer: Arc<Tokenizer>, config: EngineConfig) -> EngineHandle {
+        let metrics = Arc::new(Metrics::new(config.slots, "model"));
+        Self::start_with_metrics(model, tokenizer, config, metrics)
+    }
+
+    /// Starts the engine thread on `model`, reporting to `metrics`.
+    pub fn start_with_metrics(
+        model: Model,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> EngineHandle {
         let (tx, rx) = sync_channel(config.max_queued.max(1));
         let shared = Arc::new(Shared::default());
         shared.alive.store(true, Ordering::SeqCst);
@@ -108,12 +135,13 @@ impl EngineHandle {
             tx,
             shared: shared.clone(),
             config: Arc::new(config.clone()),
+            metrics: metrics.clone(),
         };
         std::thread::Builder::new()
             .name("sluice-engine".into())
             .spawn(move || {
                 let alive = AliveGuard(shared.clone());
-                Worker::new(model, tokenizer, config, shared).run(rx);
+                Worker::new(model, tokenizer, config, shared, metrics).run(rx);
                 drop(alive);
             })
             .expect("spawning the engine thread");
@@ -125,8 +153,21 @@ impl EngineHandle {
         &self.config
     }
 
+    /// The metrics the engine reports to.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Queues a request. Refuses at once when it cannot fit or the queue is full.
     pub fn submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
+        let r = self.try_submit(req);
+        if let Err(e) = &r {
+            self.metrics.rejected.with_label_values(&[e.reason()]).inc();
+        }
+        r
+    }
+
+    fn try_submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
         if req.prompt.is_empty() {
             return Err(SubmitError::EmptyPrompt);
         }
@@ -154,7 +195,11 @@ impl EngineHandle {
         }
         // Room for every token, the final event and an error: sends never block the engine.
         let (tx, rx) = mpsc::channel(req.max_tokens + 2);
-        let cmd = Command::Submit { req, tx };
+        let cmd = Command::Submit {
+            req,
+            tx,
+            submitted: Instant::now(),
+        };
         match self.tx.try_send(cmd) {
             Ok(()) => Ok(rx),
             Err(e) => {

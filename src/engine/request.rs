@@ -23,6 +23,8 @@ pub struct ValidRequest {
     pub stop_strings: Vec<String>,
     /// Alternatives to report with each token's log-probability (`None`: no logprobs).
     pub logprobs: Option<usize>,
+    /// Route label for metrics (`completions`, `chat`, or `engine` for direct callers).
+    pub route: &'static str,
 }
 
 impl ValidRequest {
@@ -37,6 +39,7 @@ impl ValidRequest {
             stop_ids: Vec::new(),
             stop_strings: Vec::new(),
             logprobs: None,
+            route: "engine",
         }
     }
 }

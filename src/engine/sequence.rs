@@ -1,11 +1,14 @@
 //! A running sequence: its slot lease, sampling history, detokeniser and stop state.
 
+use std::time::Instant;
+
 use tokio::sync::mpsc::Sender;
 
 use super::request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};
 use super::sampling::{History, Sampled};
 use super::slots::SlotLease;
 use super::stops::{Release, StopText};
+use crate::metrics::Metrics;
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// One sequence occupying a slot.
@@ -18,6 +21,10 @@ pub struct Sequence {
     pub lease: SlotLease,
     /// Prompt and generated ids for the penalties.
     pub history: History,
+    /// When the request arrived.
+    submitted: Instant,
+    /// When its last token was produced.
+    last_token: Option<Instant>,
     decoder: IncrementalDecoder,
     stop: StopText,
 }
@@ -33,7 +40,7 @@ pub enum Progress {
 
 impl Sequence {
     /// A sequence for `req` in the leased slot.
-    pub fn new(req: ValidRequest, tx: Sender<Event>, lease: SlotLease) -> Self {
+    pub fn new(req: ValidRequest, tx: Sender<Event>, lease: SlotLease, submitted: Instant) -> Self {
         let history = History {
             prompt: req.prompt.clone(),
             generated: Vec::new(),
@@ -43,6 +50,8 @@ impl Sequence {
             tx,
             lease,
             history,
+            submitted,
+            last_token: None,
             decoder: IncrementalDecoder::default(),
             stop: StopText::default(),
         }
@@ -71,7 +80,15 @@ impl Sequence {
         tok: &Tokenizer,
         context: usize,
         version: &str,
+        metrics: &Metrics,
     ) -> Progress {
+        let now = Instant::now();
+        match self.last_token {
+            None => metrics.ttft.observe((now - self.submitted).as_secs_f64()),
+            Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
+        }
+        self.last_token = Some(now);
+        metrics.generation_tokens_total.inc();
         self.history.generated.push(s.token);
         let n = self.generated();
         let may_stop = n > self.req.min_tokens;
@@ -121,6 +138,13 @@ impl Sequence {
         let _ = self.tx.try_send(Event::Token(ev));
         match finish {
             Some(reason) => {
+                metrics.e2e.observe((now - self.submitted).as_secs_f64());
+                metrics.prompt_tokens.observe(self.req.prompt.len() as f64);
+                metrics.generation_tokens.observe(n as f64);
+                metrics
+                    .requests
+                    .with_label_values(&[self.req.route, reason.as_str()])
+                    .inc();
                 let _ = self.tx.try_send(Event::Done(Finish {
                     reason,
                     prompt_tokens: self.req.prompt.len(),

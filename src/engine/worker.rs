@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::Sender;
 
@@ -17,12 +17,14 @@ use super::request::{Event, ValidRequest};
 use super::sampling::{SamplingParams, sample};
 use super::sequence::{Progress, Sequence};
 use super::slots::SlotPool;
+use crate::metrics::Metrics;
 use crate::scheduler::{Buckets, Waiting, plan};
 use crate::tokenizer::Tokenizer;
 
 struct Queued {
     req: ValidRequest,
     tx: Sender<Event>,
+    submitted: Instant,
 }
 
 /// The state the engine thread owns.
@@ -36,6 +38,7 @@ pub(crate) struct Worker {
     queue: VecDeque<Queued>,
     running: Vec<Sequence>,
     seed_counter: u64,
+    metrics: Arc<Metrics>,
 }
 
 impl Worker {
@@ -44,6 +47,7 @@ impl Worker {
         tok: Arc<Tokenizer>,
         config: EngineConfig,
         shared: Arc<Shared>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let c = &model.config;
         let kv = KvSlab::new(
@@ -67,6 +71,7 @@ impl Worker {
             queue: VecDeque::new(),
             running: Vec::new(),
             seed_counter,
+            metrics,
         }
     }
 
@@ -100,12 +105,16 @@ impl Worker {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { mut req, tx } => {
+            Command::Submit {
+                mut req,
+                tx,
+                submitted,
+            } => {
                 if !req.seeded {
                     self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
                     req.params.seed = self.seed_counter;
                 }
-                self.queue.push_back(Queued { req, tx });
+                self.queue.push_back(Queued { req, tx, submitted });
             }
         }
     }
@@ -113,11 +122,26 @@ impl Worker {
     /// Cancellation by drop: queued requests whose client left never reach prefill, and
     /// running ones give their slot back now.
     fn drop_cancelled(&mut self) {
+        let m = &self.metrics;
+        let cancelled =
+            |route: &'static str| m.requests.with_label_values(&[route, "cancelled"]).inc();
         let before = self.queue.len();
-        self.queue.retain(|q| !q.tx.is_closed());
+        self.queue.retain(|q| {
+            let gone = q.tx.is_closed();
+            if gone {
+                cancelled(q.req.route);
+            }
+            !gone
+        });
         let gone = before - self.queue.len();
         self.shared.waiting.fetch_sub(gone, Ordering::SeqCst);
-        self.running.retain(|s| !s.cancelled());
+        self.running.retain(|s| {
+            let gone = s.cancelled();
+            if gone {
+                cancelled(s.req.route);
+            }
+            !gone
+        });
     }
 
     fn buckets(&self) -> Buckets {
@@ -154,10 +178,21 @@ impl Worker {
                 .waiting
                 .fetch_sub(picked.len(), Ordering::SeqCst);
             let real: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
+            let padding = p.padding(&waiting);
             self.shared.prefill_tokens.fetch_add(real, Ordering::SeqCst);
             self.shared
                 .padding_tokens
-                .fetch_add(p.padding(&waiting), Ordering::SeqCst);
+                .fetch_add(padding, Ordering::SeqCst);
+            let m = &self.metrics;
+            m.prompt_tokens_total.inc_by(real as u64);
+            m.prefill_padding.inc_by(padding as u64);
+            m.prefill_requests
+                .with_label_values(&[&p.bucket.to_string()])
+                .inc_by(picked.len() as u64);
+            let now = Instant::now();
+            for q in &picked {
+                m.queue_time.observe((now - q.submitted).as_secs_f64());
+            }
             self.prefill(picked);
         }
     }
@@ -169,7 +204,7 @@ impl Worker {
                 .pool
                 .lease()
                 .expect("plan never exceeds the free slots");
-            seqs.push(Sequence::new(q.req, q.tx, lease));
+            seqs.push(Sequence::new(q.req, q.tx, lease, q.submitted));
         }
         let mut rows = Vec::new();
         let mut last = Vec::new();
@@ -180,7 +215,11 @@ impl Worker {
             }
             last.push(rows.len() - 1);
         }
+        let t = Instant::now();
         let logits = self.model.forward(&mut self.kv, &rows, &last);
+        self.metrics
+            .prefill_duration
+            .observe(t.elapsed().as_secs_f64());
         self.sample_into(seqs, &logits);
     }
 
@@ -203,7 +242,10 @@ impl Worker {
             })
             .collect();
         let want: Vec<usize> = (0..rows.len()).collect();
+        let t = Instant::now();
         let logits = self.model.forward(&mut self.kv, &rows, &want);
+        self.metrics.decode_step.observe(t.elapsed().as_secs_f64());
+        self.metrics.decode_batch.observe(rows.len() as f64);
         self.sample_into(seqs, &logits);
     }
 
@@ -227,7 +269,14 @@ impl Worker {
             };
             let sampled = sample(row, params, &s.history, step, s.req.logprobs.unwrap_or(0));
             let version = &self.config.weights_version;
-            if s.accept(sampled, &self.tok, self.config.context, version) == Progress::Running {
+            let progress = s.accept(
+                sampled,
+                &self.tok,
+                self.config.context,
+                version,
+                &self.metrics,
+            );
+            if progress == Progress::Running {
                 self.running.push(s);
             }
         }
@@ -237,5 +286,17 @@ impl Worker {
         self.shared
             .running
             .store(self.running.len(), Ordering::SeqCst);
+        let m = &self.metrics;
+        m.running.set(self.running.len() as i64);
+        m.waiting
+            .set(self.shared.waiting.load(Ordering::SeqCst) as i64);
+        m.slots_used.set(self.pool.used() as i64);
+        let live: usize = self
+            .running
+            .iter()
+            .map(|s| s.req.prompt.len() + s.generated())
+            .sum();
+        m.kv_usage
+            .set(live as f64 / (self.config.slots * self.config.context) as f64);
     }
 }

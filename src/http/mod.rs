@@ -1,9 +1,11 @@
 //! The HTTP layer: routes, shared state and the server entry point.
 
+pub mod health;
 pub mod json;
 pub mod openai;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -29,6 +31,8 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// Unix seconds at start.
     pub started: u64,
+    /// Set when the server stops taking requests (`/ready` turns 503).
+    pub draining: Arc<AtomicBool>,
 }
 
 impl AppState {
@@ -45,6 +49,7 @@ impl AppState {
             model_name: model_name.into(),
             limits: Arc::new(limits),
             started: unix_now(),
+            draining: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -70,6 +75,13 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/models/{id}", get(openai::models::get_one))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/metrics", get(health::metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            health::track,
+        ))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)

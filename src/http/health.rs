@@ -1,0 +1,64 @@
+//! `GET /health` (liveness), `GET /ready` (readiness) and `GET /metrics` (Prometheus).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ApiError;
+
+/// 200 while the engine thread runs, 503 once it has died.
+pub async fn health(State(s): State<AppState>) -> Response {
+    if s.engine.is_alive() {
+        axum::Json(json!({"status": "ok"})).into_response()
+    } else {
+        ApiError::unavailable("the engine thread has stopped").into_response()
+    }
+}
+
+/// 200 when requests can be served: the engine runs and the server is not draining.
+pub async fn ready(State(s): State<AppState>) -> Response {
+    if !s.engine.is_alive() {
+        return ApiError::unavailable("not ready: the engine thread has stopped").into_response();
+    }
+    if s.draining.load(Ordering::SeqCst) {
+        return ApiError::unavailable("not ready: the server is shutting down").into_response();
+    }
+    axum::Json(json!({"status": "ready"})).into_response()
+}
+
+/// Every metric in Prometheus' text format.
+pub async fn metrics(State(s): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.engine.metrics().render(),
+    )
+        .into_response()
+}
+
+/// Counts every routed request by route and status, and times it to its headers.
+pub async fn track(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let m = s.engine.metrics();
+    m.http_requests
+        .with_label_values(&[&route, resp.status().as_str()])
+        .inc();
+    m.http_duration
+        .with_label_values(&[&route])
+        .observe(start.elapsed().as_secs_f64());
+    resp
+}

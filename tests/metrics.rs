@@ -1,0 +1,183 @@
+//! `/metrics` counts exactly what the test did: tokens, requests by finish reason,
+//! rejections, cancellations, prefill buckets, TTFT observations, HTTP statuses; and
+//! `/health` and `/ready` answer.
+
+mod common;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// The value of one sample, `name{labels}` with labels in the exposition's order.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map(|v| v.trim().parse().expect("numeric sample"))
+        .unwrap_or(0.0)
+}
+
+async fn scrape(base: &str) -> String {
+    let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn counters_and_histograms_match_the_requests_made() {
+    let base = common::server_with(|c| {
+        c.slots = 1;
+        c.max_queued_requests = 1;
+    });
+    let client = reqwest::Client::new();
+    for path in ["/health", "/ready"] {
+        let r = client.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let before = scrape(base).await;
+    assert_eq!(sample(&before, "sluice_kv_slots_total"), 1.0);
+    assert_eq!(sample(&before, "sluice_requests_running"), 0.0);
+
+    // Three greedy completions, one at a time: 5 tokens each.
+    let mut generated = 0.0;
+    for i in 0..3 {
+        let r: Value = client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"prompt": format!("Number {i} is"), "max_tokens": 5, "temperature": 0, "ignore_eos": true}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        generated += r["usage"]["completion_tokens"].as_f64().unwrap();
+    }
+    // One chat answer that ends on its own end token.
+    let r: Value = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "What is the capital of Germany?"}], "temperature": 0, "max_tokens": 40}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    generated += r["usage"]["completion_tokens"].as_f64().unwrap();
+    // A burst while one long request holds the only slot: the excess is refused.
+    let long = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"prompt": "Tell a story.", "max_tokens": 400, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let mut long = long.bytes_stream();
+    long.next().await.unwrap().unwrap();
+    let burst: Vec<_> = (0..4)
+        .map(|_| {
+            let req = client
+                .post(format!("{base}/v1/completions"))
+                .json(&json!({"prompt": "Hi", "max_tokens": 2, "ignore_eos": true}));
+            tokio::spawn(async move { req.send().await.unwrap().status().as_u16() })
+        })
+        .collect();
+    // Refusals come back at once; the one queued request waits for the slot.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The client of the long request leaves: its request is cancelled, the queued one runs.
+    drop(long);
+    let mut statuses = Vec::new();
+    for h in burst {
+        statuses.push(h.await.unwrap());
+    }
+    let refused = statuses.iter().filter(|s| **s == 429).count() as f64;
+    assert!(refused >= 3.0, "{statuses:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut after;
+    loop {
+        after = scrape(base).await;
+        let done = sample(&after, "sluice_requests_running") == 0.0
+            && sample(&after, "sluice_requests_waiting") == 0.0;
+        if done || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let streamed_before_cancel =
+        sample(&after, "sluice_generation_tokens_total") - generated - 2.0 * (4.0 - refused);
+    assert!(
+        streamed_before_cancel >= 1.0,
+        "the long request streamed at least one token"
+    );
+    assert_eq!(sample(&after, "sluice_kv_slots_used"), 0.0);
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_requests_total{finish_reason="length",route="completions"}"#
+        ),
+        3.0 + (4.0 - refused)
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_requests_total{finish_reason="stop",route="chat"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_requests_total{finish_reason="cancelled",route="completions"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_requests_rejected_total{reason="queue_full"}"#
+        ),
+        refused
+    );
+    let engine_requests = 3.0 + 1.0 + 1.0 + (4.0 - refused);
+    assert_eq!(
+        sample(&after, "sluice_time_to_first_token_seconds_count"),
+        engine_requests
+    );
+    assert_eq!(
+        sample(&after, "sluice_e2e_request_latency_seconds_count"),
+        engine_requests - 1.0
+    );
+    let bucketed: f64 = ["16", "32", "64"]
+        .iter()
+        .map(|b| {
+            sample(
+                &after,
+                &format!("sluice_prefill_requests_total{{bucket=\"{b}\"}}"),
+            )
+        })
+        .sum();
+    assert_eq!(bucketed, engine_requests);
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_http_requests_total{route="/v1/completions",status="429"}"#
+        ),
+        refused
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"sluice_http_requests_total{route="/health",status="200"}"#
+        ),
+        1.0
+    );
+    assert!(sample(&after, "sluice_prefill_padding_tokens_total") > 0.0);
+    assert!(after.contains(r#"sluice_build_info{model="SmolLM2-135M-Instruct.Q4_1",version=""#));
+}
