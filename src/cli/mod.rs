@@ -19,6 +19,8 @@ enum Command {
     Serve(sluice::config::ServeConfig),
     /// Print a continuation of a prompt or a chat message.
     Generate(generate::Args),
+    /// Print the OpenAPI description of the HTTP API (JSON).
+    Openapi,
 }
 
 /// Parses the command line and runs the subcommand.
@@ -26,5 +28,9 @@ pub fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(c) => serve::run(c),
         Command::Generate(a) => generate::run(a),
+        Command::Openapi => {
+            println!("{}", sluice::http::openapi::json());
+            Ok(())
+        }
     }
 }

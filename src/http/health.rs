@@ -10,9 +10,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::AppState;
+#[allow(unused_imports)]
+use super::openai::types::{ErrorResponse, Status};
 use crate::error::ApiError;
 
-/// 200 while the engine thread runs, 503 once it has died.
+/// Liveness: 200 while the engine thread runs, 503 once it has died.
+#[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
 pub async fn health(State(s): State<AppState>) -> Response {
     if s.engine.is_alive() {
         axum::Json(json!({"status": "ok"})).into_response()
@@ -21,7 +24,8 @@ pub async fn health(State(s): State<AppState>) -> Response {
     }
 }
 
-/// 200 when requests can be served: the engine runs and the server is not draining.
+/// Readiness: 200 when requests can be served (engine running, not draining), else 503.
+#[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
 pub async fn ready(State(s): State<AppState>) -> Response {
     if !s.engine.is_alive() {
         return ApiError::unavailable("not ready: the engine thread has stopped").into_response();
@@ -33,6 +37,7 @@ pub async fn ready(State(s): State<AppState>) -> Response {
 }
 
 /// Every metric in Prometheus' text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(s): State<AppState>) -> Response {
     (
         [(

@@ -3,6 +3,7 @@
 pub mod health;
 pub mod json;
 pub mod openai;
+pub mod openapi;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -12,6 +13,9 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Uri;
 use axum::routing::{get, post};
+
+use utoipa::OpenApi;
+use utoipa_scalar::{Scalar, Servable};
 
 use crate::engine::EngineHandle;
 use crate::error::ApiError;
@@ -78,6 +82,11 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(health::metrics))
+        .route(
+            "/openapi.json",
+            get(|| async { axum::Json(openapi::ApiDoc::openapi()) }),
+        )
+        .merge(Scalar::with_url("/docs", openapi::ApiDoc::openapi()))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             health::track,

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::run::{self, ChunkMaker, request_id, token_text};
 use super::types::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
-    ChatResponse, ChatTokenLogprob, TopLogprob, Usage,
+    ChatResponse, ChatTokenLogprob, ErrorResponse, TopLogprob, Usage,
 };
 use crate::engine::{Finish, TokenEvent};
 use crate::error::ApiError;
@@ -111,6 +111,21 @@ impl ChunkMaker for Chunks {
 }
 
 /// Answers a conversation, whole or streamed.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    operation_id = "create_chat_completion",
+    tag = "openai",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`", body = ChatResponse),
+        (status = 400, description = "An invalid field (named in `param`) or malformed JSON", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 413, description = "Body over the size limit", body = ErrorResponse),
+        (status = 429, description = "Queue full; retry after `Retry-After` seconds", body = ErrorResponse),
+        (status = 503, description = "Engine not running", body = ErrorResponse),
+    )
+)]
 pub async fn handle(
     State(s): State<AppState>,
     Json(r): Json<ChatRequest>,

@@ -8,7 +8,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
 use super::types::{
-    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage,
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ErrorResponse,
+    Usage,
 };
 use crate::engine::{Finish, TokenEvent};
 use crate::error::ApiError;
@@ -102,6 +103,21 @@ impl ChunkMaker for Chunks {
 }
 
 /// Generates completions for one or more prompts, whole or streamed.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    operation_id = "create_completion",
+    tag = "openai",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`", body = CompletionResponse),
+        (status = 400, description = "An invalid field (named in `param`) or malformed JSON", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 413, description = "Body over the size limit", body = ErrorResponse),
+        (status = 429, description = "Queue full; retry after `Retry-After` seconds", body = ErrorResponse),
+        (status = 503, description = "Engine not running", body = ErrorResponse),
+    )
+)]
 pub async fn handle(
     State(s): State<AppState>,
     Json(r): Json<CompletionRequest>,

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 
-use super::types::{ModelCard, ModelList};
+use super::types::{ErrorResponse, ModelCard, ModelList};
 use crate::error::ApiError;
 use crate::http::AppState;
 
@@ -18,6 +18,7 @@ fn card(s: &AppState) -> ModelCard {
 }
 
 /// Lists the served model.
+#[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "openai", responses((status = 200, body = ModelList)))]
 pub async fn list(State(s): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
@@ -26,6 +27,14 @@ pub async fn list(State(s): State<AppState>) -> Json<ModelList> {
 }
 
 /// Describes the served model; 404 for any other id.
+#[utoipa::path(
+    get,
+    path = "/v1/models/{id}",
+    operation_id = "retrieve_model",
+    tag = "openai",
+    params(("id" = String, Path, description = "Model id")),
+    responses((status = 200, body = ModelCard), (status = 404, body = ErrorResponse))
+)]
 pub async fn get_one(
     State(s): State<AppState>,
     Path(id): Path<String>,

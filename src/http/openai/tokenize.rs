@@ -2,13 +2,22 @@
 
 use axum::extract::State;
 
-use super::types::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+use super::types::{
+    DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
+};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::json::Json;
 use crate::validation::{check_model, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "tokens",
+    request_body = TokenizeRequest,
+    responses((status = 200, body = TokenizeResponse), (status = 400, body = ErrorResponse), (status = 404, body = ErrorResponse))
+)]
 pub async fn tokenize(
     State(s): State<AppState>,
     Json(r): Json<TokenizeRequest>,
@@ -33,6 +42,13 @@ pub async fn tokenize(
 }
 
 /// Text of token ids.
+#[utoipa::path(
+    post,
+    path = "/detokenize",
+    tag = "tokens",
+    request_body = DetokenizeRequest,
+    responses((status = 200, body = DetokenizeResponse), (status = 400, body = ErrorResponse), (status = 404, body = ErrorResponse))
+)]
 pub async fn detokenize(
     State(s): State<AppState>,
     Json(r): Json<DetokenizeRequest>,

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// `prompt`: a string, strings, token ids, or arrays of token ids.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum PromptInput {
     /// One text prompt.
@@ -20,7 +21,7 @@ pub enum PromptInput {
 }
 
 /// `stop`: one string or a list.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum StopInput {
     /// One stop string.
@@ -30,7 +31,7 @@ pub enum StopInput {
 }
 
 /// `stream_options`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct StreamOptions {
     /// Send a final chunk with the usage totals.
     #[serde(default)]
@@ -38,13 +39,16 @@ pub struct StreamOptions {
 }
 
 /// Sampling and stopping fields common to completions and chat.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct CommonParams {
     /// Model id; must be the served model when given.
+    #[schema(example = "SmolLM2-135M-Instruct.Q4_1")]
     pub model: Option<String>,
     /// Tokens to generate at most.
+    #[schema(example = 32)]
     pub max_tokens: Option<i64>,
     /// Sampling temperature 0..=2; 0 is greedy. Default 1.
+    #[schema(example = 0.7)]
     pub temperature: Option<f32>,
     /// Nucleus cut-off in (0, 1]. Default 1.
     pub top_p: Option<f32>,
@@ -83,7 +87,8 @@ pub struct CommonParams {
 }
 
 /// `POST /v1/completions`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}))]
 pub struct CompletionRequest {
     /// The prompt(s).
     pub prompt: PromptInput,
@@ -98,7 +103,7 @@ pub struct CompletionRequest {
 }
 
 /// One part of a multi-part message content.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ContentPart {
     /// Only `text` is supported.
     #[serde(rename = "type")]
@@ -108,7 +113,7 @@ pub struct ContentPart {
 }
 
 /// A message's content: a string or text parts.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     /// Plain text.
@@ -118,7 +123,7 @@ pub enum MessageContent {
 }
 
 /// One chat message.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct WireMessage {
     /// `system`, `user`, `assistant`, ...
     pub role: String,
@@ -127,7 +132,8 @@ pub struct WireMessage {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"messages": [{"role": "user", "content": "What is the capital of Germany?"}], "max_tokens": 32}))]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<WireMessage>,
@@ -144,7 +150,7 @@ pub struct ChatRequest {
 }
 
 /// Token counts of a response.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, ToSchema)]
 pub struct Usage {
     /// Prompt tokens (once per prompt, whatever `n`).
     pub prompt_tokens: usize,
@@ -155,7 +161,7 @@ pub struct Usage {
 }
 
 /// `POST /tokenize`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct TokenizeRequest {
     /// Model id (optional).
     pub model: Option<String>,
@@ -166,7 +172,7 @@ pub struct TokenizeRequest {
 }
 
 /// `POST /detokenize`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct DetokenizeRequest {
     /// Model id (optional).
     pub model: Option<String>,
@@ -175,7 +181,7 @@ pub struct DetokenizeRequest {
 }
 
 /// `logprobs` of a completions choice (the legacy format).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, ToSchema)]
 pub struct CompletionLogprobs {
     /// Token strings.
     pub tokens: Vec<String>,
@@ -188,7 +194,7 @@ pub struct CompletionLogprobs {
 }
 
 /// One choice of a completions response or chunk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct CompletionChoice {
     /// Position: prompt index x n + choice index.
     pub index: usize,
@@ -201,7 +207,7 @@ pub struct CompletionChoice {
 }
 
 /// `POST /v1/completions` response, and each streamed chunk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct CompletionResponse {
     /// Request id.
     pub id: String,
@@ -221,7 +227,7 @@ pub struct CompletionResponse {
 }
 
 /// One alternative token in the chat logprobs format.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct TopLogprob {
     /// Token text.
     pub token: String,
@@ -232,7 +238,7 @@ pub struct TopLogprob {
 }
 
 /// One generated token in the chat logprobs format.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatTokenLogprob {
     /// Token text.
     pub token: String,
@@ -245,14 +251,14 @@ pub struct ChatTokenLogprob {
 }
 
 /// `logprobs` of a chat choice.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, ToSchema)]
 pub struct ChatLogprobs {
     /// One entry per generated token.
     pub content: Vec<ChatTokenLogprob>,
 }
 
 /// The assistant's message.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatMessageOut {
     /// `assistant`.
     pub role: &'static str,
@@ -261,7 +267,7 @@ pub struct ChatMessageOut {
 }
 
 /// One choice of a chat response.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatChoice {
     /// Choice index.
     pub index: usize,
@@ -274,7 +280,7 @@ pub struct ChatChoice {
 }
 
 /// `POST /v1/chat/completions` response.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatResponse {
     /// Request id.
     pub id: String,
@@ -293,7 +299,7 @@ pub struct ChatResponse {
 }
 
 /// The changed part of a streamed chat message.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, ToSchema)]
 pub struct ChatDelta {
     /// `assistant`, on the first chunk of a choice only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -304,7 +310,7 @@ pub struct ChatDelta {
 }
 
 /// One choice of a chat chunk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatChunkChoice {
     /// Choice index.
     pub index: usize,
@@ -317,7 +323,7 @@ pub struct ChatChunkChoice {
 }
 
 /// A streamed chat chunk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ChatChunk {
     /// Request id (the same on every chunk).
     pub id: String,
@@ -337,7 +343,7 @@ pub struct ChatChunk {
 }
 
 /// A model in `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ModelCard {
     /// Model id.
     pub id: String,
@@ -352,7 +358,7 @@ pub struct ModelCard {
 }
 
 /// `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct ModelList {
     /// `list`.
     pub object: &'static str,
@@ -361,7 +367,7 @@ pub struct ModelList {
 }
 
 /// `POST /tokenize` response.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct TokenizeResponse {
     /// Number of tokens.
     pub count: usize,
@@ -372,8 +378,41 @@ pub struct TokenizeResponse {
 }
 
 /// `POST /detokenize` response.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 pub struct DetokenizeResponse {
     /// The text of the tokens.
     pub prompt: String,
+}
+
+/// The detail of an error.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong.
+    #[schema(example = "`temperature` must be between 0 and 2, got 3")]
+    pub message: String,
+    /// `invalid_request_error`, `rate_limit_error`, `server_error`, ...
+    #[serde(rename = "type")]
+    #[schema(example = "invalid_request_error")]
+    pub kind: String,
+    /// The request field at fault.
+    #[schema(example = "temperature")]
+    pub param: Option<String>,
+    /// A short machine-readable code.
+    #[schema(example = "invalid_value")]
+    pub code: Option<String>,
+}
+
+/// Every error response: OpenAI's error body.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ErrorResponse {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// `GET /health` and `GET /ready` when healthy.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Status {
+    /// `ok` or `ready`.
+    #[schema(example = "ok")]
+    pub status: String,
 }
