@@ -60,6 +60,9 @@ pub struct ServeConfig {
     /// Most choices (`n`) per prompt.
     #[arg(long, env = "SLUICE_MAX_N", default_value_t = 16)]
     pub max_n: usize,
+    /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
     /// Compute device. Only `cpu` is built by default (see the `cuda` feature).
     #[arg(long, env = "SLUICE_DEVICE", default_value = "cpu")]
     pub device: String,

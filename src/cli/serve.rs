@@ -2,8 +2,25 @@
 
 use sluice::config::ServeConfig;
 
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        fmt.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        fmt.init();
+    }
+}
+
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
+    init_logs(&cfg.log_format);
     let state = sluice::start(&cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -11,11 +28,7 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     rt.block_on(async move {
         let addr = format!("{}:{}", cfg.host, cfg.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
-        eprintln!(
-            "sluice: serving {} on http://{}",
-            cfg.model_name(),
-            listener.local_addr()?
-        );
+        tracing::info!(model = %cfg.model_name(), address = %listener.local_addr()?, "serving");
         sluice::run(listener, state, cfg.max_body_bytes, shutdown_signal()).await?;
         anyhow::Ok(())
     })

@@ -91,6 +91,10 @@ pub struct Finish {
     pub weights_version: String,
     /// Seed of the random stream used.
     pub seed: u64,
+    /// Seconds the request waited for a slot.
+    pub queue_seconds: f64,
+    /// Seconds from arrival to the first token.
+    pub ttft_seconds: f64,
 }
 
 /// What a request's stream carries.

@@ -23,7 +23,10 @@ pub struct Sequence {
     pub history: History,
     /// When the request arrived.
     submitted: Instant,
-    /// When its last token was produced.
+    /// When it got its slot.
+    admitted: Instant,
+    /// When its first and last tokens were produced.
+    first_token: Option<Instant>,
     last_token: Option<Instant>,
     decoder: IncrementalDecoder,
     stop: StopText,
@@ -51,6 +54,8 @@ impl Sequence {
             lease,
             history,
             submitted,
+            admitted: Instant::now(),
+            first_token: None,
             last_token: None,
             decoder: IncrementalDecoder::default(),
             stop: StopText::default(),
@@ -88,6 +93,7 @@ impl Sequence {
             Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
         }
         self.last_token = Some(now);
+        self.first_token.get_or_insert(now);
         metrics.generation_tokens_total.inc();
         self.history.generated.push(s.token);
         let n = self.generated();
@@ -151,6 +157,8 @@ impl Sequence {
                     completion_tokens: n,
                     weights_version: version.to_string(),
                     seed: self.req.params.seed,
+                    queue_seconds: (self.admitted - self.submitted).as_secs_f64(),
+                    ttft_seconds: (self.first_token.unwrap_or(now) - self.submitted).as_secs_f64(),
                 }));
                 Progress::Finished
             }

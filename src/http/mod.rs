@@ -4,6 +4,7 @@ pub mod health;
 pub mod json;
 pub mod openai;
 pub mod openapi;
+pub mod request_id;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -92,6 +93,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             health::track,
         ))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(request_id::middleware))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }

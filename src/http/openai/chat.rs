@@ -154,6 +154,12 @@ pub async fn handle(
         return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
     }
     let choices = run::collect(streams).await?;
+    let finishes: Vec<(usize, crate::engine::Finish)> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i, c.finish.clone().expect("collected choices are finished")))
+        .collect();
+    run::log_summary(&finishes, v.n);
     let mut resp = ChatResponse {
         id,
         object: "chat.completion",

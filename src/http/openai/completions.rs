@@ -150,6 +150,12 @@ pub async fn handle(
         return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
     }
     let choices = run::collect(streams).await?;
+    let finishes: Vec<(usize, crate::engine::Finish)> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i, c.finish.clone().expect("collected choices are finished")))
+        .collect();
+    run::log_summary(&finishes, v.n);
     for (i, c) in choices.iter().enumerate() {
         let f = c.finish.as_ref().expect("collected choices are finished");
         base.system_fingerprint = f.weights_version.clone();

@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use super::types::Usage;
 use crate::engine::{EngineHandle, Event, EventStream, Finish, TokenEvent, ValidRequest};
@@ -71,6 +72,31 @@ pub fn usage(finishes: impl Iterator<Item = (usize, Finish)>, n: usize) -> Usage
     u
 }
 
+/// Logs the one summary line of a finished generation request (inside its request span).
+pub fn log_summary(finishes: &[(usize, Finish)], n: usize) {
+    let u = usage(finishes.iter().cloned(), n);
+    let queue_ms = finishes
+        .iter()
+        .map(|(_, f)| f.queue_seconds)
+        .fold(0.0, f64::max)
+        * 1e3;
+    let ttft_ms = finishes
+        .iter()
+        .map(|(_, f)| f.ttft_seconds)
+        .fold(f64::INFINITY, f64::min)
+        * 1e3;
+    let reasons: Vec<&str> = finishes.iter().map(|(_, f)| f.reason.as_str()).collect();
+    tracing::info!(
+        status = 200,
+        queue_ms,
+        ttft_ms,
+        prompt_tokens = u.prompt_tokens,
+        completion_tokens = u.completion_tokens,
+        finish_reason = reasons.join(","),
+        "request finished"
+    );
+}
+
 /// The text of one token, for logprob listings.
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id]).unwrap_or_default()
@@ -103,64 +129,72 @@ pub fn sse<M: ChunkMaker>(
     include_usage: bool,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
-    tokio::spawn(async move {
-        let total = streams.len();
-        let mut merged = futures::stream::select_all(
-            streams
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| ReceiverStream::new(s).map(move |e| (i, e))),
-        );
-        for c in maker.start() {
-            if tx.send(SseEvent::default().data(c)).await.is_err() {
-                return;
-            }
-        }
-        let mut finishes = Vec::new();
-        while finishes.len() < total {
-            let next = tokio::select! {
-                _ = tx.closed() => return,
-                next = merged.next() => next,
-            };
-            let chunk = match next {
-                Some((i, Event::Token(t))) => maker.token(i, &t),
-                Some((i, Event::Done(f))) => {
-                    let c = maker.done(i, &f);
-                    finishes.push((i, f));
-                    Some(c)
-                }
-                Some((_, Event::Error(m))) => {
-                    let _ = tx
-                        .send(SseEvent::default().data(ApiError::internal(m).body().to_string()))
-                        .await;
+    let span = tracing::Span::current();
+    tokio::spawn(
+        async move {
+            let total = streams.len();
+            let mut merged = futures::stream::select_all(
+                streams
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, s)| ReceiverStream::new(s).map(move |e| (i, e))),
+            );
+            for c in maker.start() {
+                if tx.send(SseEvent::default().data(c)).await.is_err() {
                     return;
                 }
-                None => {
-                    let e =
-                        ApiError::unavailable("the engine stopped before the answer was complete");
-                    let _ = tx
-                        .send(SseEvent::default().data(e.body().to_string()))
-                        .await;
+            }
+            let mut finishes = Vec::new();
+            while finishes.len() < total {
+                let next = tokio::select! {
+                    _ = tx.closed() => return,
+                    next = merged.next() => next,
+                };
+                let chunk = match next {
+                    Some((i, Event::Token(t))) => maker.token(i, &t),
+                    Some((i, Event::Done(f))) => {
+                        let c = maker.done(i, &f);
+                        finishes.push((i, f));
+                        Some(c)
+                    }
+                    Some((_, Event::Error(m))) => {
+                        let _ = tx
+                            .send(
+                                SseEvent::default().data(ApiError::internal(m).body().to_string()),
+                            )
+                            .await;
+                        return;
+                    }
+                    None => {
+                        let e = ApiError::unavailable(
+                            "the engine stopped before the answer was complete",
+                        );
+                        let _ = tx
+                            .send(SseEvent::default().data(e.body().to_string()))
+                            .await;
+                        return;
+                    }
+                };
+                if let Some(c) = chunk
+                    && tx.send(SseEvent::default().data(c)).await.is_err()
+                {
                     return;
                 }
-            };
-            if let Some(c) = chunk
-                && tx.send(SseEvent::default().data(c)).await.is_err()
-            {
-                return;
             }
-        }
-        if include_usage {
-            let u = usage(finishes.into_iter(), n);
-            if tx
-                .send(SseEvent::default().data(maker.usage(u)))
-                .await
-                .is_err()
-            {
-                return;
+            log_summary(&finishes, n);
+            if include_usage {
+                let u = usage(finishes.into_iter(), n);
+                if tx
+                    .send(SseEvent::default().data(maker.usage(u)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
+            let _ = tx.send(SseEvent::default().data("[DONE]")).await;
         }
-        let _ = tx.send(SseEvent::default().data("[DONE]")).await;
-    });
+        .instrument(span),
+    );
     Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default())
 }
