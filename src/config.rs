@@ -60,6 +60,9 @@ pub struct ServeConfig {
     /// Most choices (`n`) per prompt.
     #[arg(long, env = "SLUICE_MAX_N", default_value_t = 16)]
     pub max_n: usize,
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before exiting.
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value_t = 30.0)]
+    pub shutdown_grace: f64,
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,

@@ -6,6 +6,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod scheduler;
+pub mod server;
 pub mod tokenizer;
 pub mod validation;
 

@@ -42,7 +42,12 @@ async fn json_logs_carry_the_request_id_and_one_summary_per_request() {
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let start = Instant::now();
-    while client.get(format!("{base}/health")).send().await.is_err() {
+    while !client
+        .get(format!("{base}/ready"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "server did not start"

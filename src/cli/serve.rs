@@ -21,16 +21,15 @@ fn init_logs(format: &str) {
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     init_logs(&cfg.log_format);
-    let state = sluice::start(&cfg)?;
+    cfg.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", cfg.host, cfg.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
-        tracing::info!(model = %cfg.model_name(), address = %listener.local_addr()?, "serving");
-        sluice::run(listener, state, cfg.max_body_bytes, shutdown_signal()).await?;
-        anyhow::Ok(())
+        tracing::info!(model = %cfg.model_name(), address = %listener.local_addr()?, "listening; loading the model");
+        sluice::server::serve(listener, cfg, shutdown_signal()).await
     })
 }
 

@@ -59,6 +59,16 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// Refuses new generation work while the server drains.
+    pub fn check_open(&self) -> Result<(), ApiError> {
+        if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
+        Ok(())
+    }
+}
+
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     SystemTime::now()

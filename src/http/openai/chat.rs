@@ -130,6 +130,7 @@ pub async fn handle(
     State(s): State<AppState>,
     Json(r): Json<ChatRequest>,
 ) -> Result<Response, ApiError> {
+    s.check_open()?;
     let v = validation::chat(&r, &s.tokenizer, &s.limits, &s.model_name)?;
     let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
     let streams = run::submit(&s.engine, v.requests.clone())?;

@@ -122,6 +122,7 @@ pub async fn handle(
     State(s): State<AppState>,
     Json(r): Json<CompletionRequest>,
 ) -> Result<Response, ApiError> {
+    s.check_open()?;
     let v = validation::completion(&r, &s.tokenizer, &s.limits, &s.model_name)?;
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let mut base = CompletionResponse {
