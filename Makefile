@@ -13,9 +13,11 @@ serve: model
 	$(CARGO) run --release --bin sluice -- serve $(ARGS)
 
 test: model
+	scripts/test-deps
 	$(CARGO) test --release
 	$(CARGO) build --release --bin sluice
 	scripts/test-python
+	scripts/test-deploy
 
 lint:
 	$(CARGO) fmt --check

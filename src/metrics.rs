@@ -44,8 +44,8 @@ pub const RUNNING: &str = "sluice_requests_running";
 pub const WAITING: &str = "sluice_requests_waiting";
 /// Slots in use.
 pub const SLOTS_USED: &str = "sluice_kv_slots_used";
-/// Slots in the slab.
-pub const SLOTS_TOTAL: &str = "sluice_kv_slots_total";
+/// Slots in the slab (not `_total`: promtool reserves that suffix for counters).
+pub const SLOTS_CAPACITY: &str = "sluice_kv_slots_capacity";
 /// Fraction of the slab's positions in use.
 pub const KV_USAGE: &str = "sluice_kv_cache_usage_ratio";
 /// Version number of the loaded weights.
@@ -115,7 +115,7 @@ pub struct Metrics {
     pub waiting: IntGauge,
     /// See [`SLOTS_USED`].
     pub slots_used: IntGauge,
-    /// See [`SLOTS_TOTAL`].
+    /// See [`SLOTS_CAPACITY`].
     pub slots_total: IntGauge,
     /// See [`KV_USAGE`].
     pub kv_usage: Gauge,
@@ -260,7 +260,7 @@ impl Metrics {
             running: gauge(&r, RUNNING, "Sequences running in slots."),
             waiting: gauge(&r, WAITING, "Requests waiting for a slot."),
             slots_used: gauge(&r, SLOTS_USED, "KV slots in use."),
-            slots_total: gauge(&r, SLOTS_TOTAL, "KV slots in the slab."),
+            slots_total: gauge(&r, SLOTS_CAPACITY, "KV slots in the slab."),
             kv_usage,
             weights_version: gauge(&r, WEIGHTS_VERSION, "Version number of the loaded weights."),
             build_info,

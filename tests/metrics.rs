@@ -43,7 +43,7 @@ async fn counters_and_histograms_match_the_requests_made() {
         assert_eq!(r.status(), 200, "{path}");
     }
     let before = scrape(base).await;
-    assert_eq!(sample(&before, "sluice_kv_slots_total"), 1.0);
+    assert_eq!(sample(&before, "sluice_kv_slots_capacity"), 1.0);
     assert_eq!(sample(&before, "sluice_requests_running"), 0.0);
 
     // Three greedy completions, one at a time: 5 tokens each.
