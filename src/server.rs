@@ -25,6 +25,23 @@ fn loading(path: &str) -> Response {
     }
 }
 
+/// Runs one token through the engine so the first client does not pay for cold caches
+/// and so readiness means the whole path works.
+fn warm_up(state: AppState) -> anyhow::Result<AppState> {
+    let mut rx = state
+        .engine
+        .submit(crate::engine::ValidRequest::greedy(vec![0], 1))
+        .map_err(|e| anyhow::anyhow!("warm-up: {e}"))?;
+    loop {
+        match rx.blocking_recv() {
+            Some(crate::engine::Event::Done(_)) => return Ok(state),
+            Some(crate::engine::Event::Error(e)) => anyhow::bail!("warm-up: {e}"),
+            Some(_) => {}
+            None => anyhow::bail!("warm-up: the engine stopped"),
+        }
+    }
+}
+
 /// Serves on `listener` until `shutdown` completes, loading the model meanwhile. After the
 /// signal, `/ready` answers 503 and new generation requests are refused while in-flight
 /// ones finish, for at most `cfg.shutdown_grace` seconds.
@@ -50,9 +67,9 @@ pub async fn serve(
     {
         let app = app.clone();
         let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || match crate::start(&cfg) {
+        tokio::task::spawn_blocking(move || match crate::start(&cfg).and_then(warm_up) {
             Ok(state) => {
-                tracing::info!(model = %cfg.model_name(), "model loaded, ready");
+                tracing::info!(model = %cfg.model_name(), "model loaded and warm, ready");
                 let router = http::router(state.clone(), cfg.max_body_bytes);
                 let _ = app.set((router, state));
             }
