@@ -28,9 +28,11 @@ fn loading(path: &str) -> Response {
 /// Runs one token through the engine so the first client does not pay for cold caches
 /// and so readiness means the whole path works.
 fn warm_up(state: AppState) -> anyhow::Result<AppState> {
+    let mut req = crate::engine::ValidRequest::greedy(vec![0], 1);
+    req.route = "warmup";
     let mut rx = state
         .engine
-        .submit(crate::engine::ValidRequest::greedy(vec![0], 1))
+        .submit(req)
         .map_err(|e| anyhow::anyhow!("warm-up: {e}"))?;
     loop {
         match rx.blocking_recv() {
