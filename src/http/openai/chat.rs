@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::run::{self, ChunkMaker, request_id, token_text};
 use super::types::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
-    ChatResponse, ChatTokenLogprob, ErrorResponse, TopLogprob, Usage,
+    ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
 };
 use crate::engine::{Finish, TokenEvent};
 use crate::error::ApiError;
@@ -119,11 +119,7 @@ impl ChunkMaker for Chunks {
     request_body = ChatRequest,
     responses(
         (status = 200, description = "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`", body = ChatResponse),
-        (status = 400, description = "An invalid field (named in `param`) or malformed JSON", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 413, description = "Body over the size limit", body = ErrorResponse),
-        (status = 429, description = "Queue full; retry after `Retry-After` seconds", body = ErrorResponse),
-        (status = 503, description = "Engine not running", body = ErrorResponse),
+        GenerationErrors,
     )
 )]
 pub async fn handle(
@@ -155,11 +151,7 @@ pub async fn handle(
         return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
     }
     let choices = run::collect(streams).await?;
-    let finishes: Vec<(usize, crate::engine::Finish)> = choices
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (i, c.finish.clone().expect("collected choices are finished")))
-        .collect();
+    let finishes = run::finishes(&choices);
     run::log_summary(&finishes, v.n);
     let mut resp = ChatResponse {
         id,
@@ -168,25 +160,18 @@ pub async fn handle(
         model: s.model_name.to_string(),
         system_fingerprint: version,
         choices: Vec::new(),
-        usage: run::usage(
-            choices
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (i, c.finish.clone().expect("finished"))),
-            v.n,
-        ),
+        usage: run::usage(finishes.into_iter(), v.n),
     };
     for (index, c) in choices.into_iter().enumerate() {
-        let f = c.finish.as_ref().expect("collected choices are finished");
-        resp.system_fingerprint = f.weights_version.clone();
+        resp.system_fingerprint = c.finish.weights_version.clone();
         resp.choices.push(ChatChoice {
             index,
+            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
             message: ChatMessageOut {
                 role: "assistant",
-                content: c.text.clone(),
+                content: c.text,
             },
-            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
-            finish_reason: Some(f.reason.as_str()),
+            finish_reason: Some(c.finish.reason.as_str()),
         });
     }
     Ok(axum::Json(resp).into_response())

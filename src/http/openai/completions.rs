@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
 use super::types::{
-    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ErrorResponse,
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, GenerationErrors,
     Usage,
 };
 use crate::engine::{Finish, TokenEvent};
@@ -111,11 +111,7 @@ impl ChunkMaker for Chunks {
     request_body = CompletionRequest,
     responses(
         (status = 200, description = "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`", body = CompletionResponse),
-        (status = 400, description = "An invalid field (named in `param`) or malformed JSON", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 413, description = "Body over the size limit", body = ErrorResponse),
-        (status = 429, description = "Queue full; retry after `Retry-After` seconds", body = ErrorResponse),
-        (status = 503, description = "Engine not running", body = ErrorResponse),
+        GenerationErrors,
     )
 )]
 pub async fn handle(
@@ -151,15 +147,10 @@ pub async fn handle(
         return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
     }
     let choices = run::collect(streams).await?;
-    let finishes: Vec<(usize, crate::engine::Finish)> = choices
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (i, c.finish.clone().expect("collected choices are finished")))
-        .collect();
+    let finishes = run::finishes(&choices);
     run::log_summary(&finishes, v.n);
     for (i, c) in choices.iter().enumerate() {
-        let f = c.finish.as_ref().expect("collected choices are finished");
-        base.system_fingerprint = f.weights_version.clone();
+        base.system_fingerprint = c.finish.weights_version.clone();
         let prefix = if v.echo {
             v.prompt_texts[i / v.n].clone()
         } else {
@@ -169,15 +160,9 @@ pub async fn handle(
             index: i,
             logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens, prefix.len())),
             text: prefix + &c.text,
-            finish_reason: Some(f.reason.as_str()),
+            finish_reason: Some(c.finish.reason.as_str()),
         });
     }
-    base.usage = Some(run::usage(
-        choices
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (i, c.finish.clone().expect("finished"))),
-        v.n,
-    ));
+    base.usage = Some(run::usage(finishes.into_iter(), v.n));
     Ok(axum::Json(base).into_response())
 }

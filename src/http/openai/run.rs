@@ -13,15 +13,24 @@ use crate::engine::{EngineHandle, Event, EventStream, Finish, TokenEvent, ValidR
 use crate::error::ApiError;
 use crate::tokenizer::Tokenizer;
 
-/// Everything one choice produced.
-#[derive(Clone, Debug, Default)]
+/// Everything one finished choice produced.
+#[derive(Clone, Debug)]
 pub struct Choice {
     /// Its text.
     pub text: String,
     /// Its tokens.
     pub tokens: Vec<TokenEvent>,
     /// Its totals.
-    pub finish: Option<Finish>,
+    pub finish: Finish,
+}
+
+/// The choices' totals, indexed as laid out (`prompt * n + i`).
+pub fn finishes(choices: &[Choice]) -> Vec<(usize, Finish)> {
+    choices
+        .iter()
+        .map(|c| c.finish.clone())
+        .enumerate()
+        .collect()
 }
 
 /// Submits every request; if one is refused the others are dropped, which cancels them.
@@ -35,16 +44,19 @@ pub fn submit(
 }
 
 async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
-    let mut c = Choice::default();
+    let (mut text, mut tokens) = (String::new(), Vec::new());
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Token(t) => {
-                c.text.push_str(&t.text);
-                c.tokens.push(t);
+                text.push_str(&t.text);
+                tokens.push(t);
             }
-            Event::Done(f) => {
-                c.finish = Some(f);
-                return Ok(c);
+            Event::Done(finish) => {
+                return Ok(Choice {
+                    text,
+                    tokens,
+                    finish,
+                });
             }
             Event::Error(m) => return Err(ApiError::internal(m)),
         }

@@ -416,3 +416,24 @@ pub struct Status {
     #[schema(example = "ok")]
     pub status: String,
 }
+
+/// The error responses of the generation endpoints (OpenAPI).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum GenerationErrors {
+    /// An invalid field (named in `param`) or malformed JSON.
+    #[response(status = 400)]
+    BadRequest(ErrorResponse),
+    /// Unknown model.
+    #[response(status = 404)]
+    NotFound(ErrorResponse),
+    /// Body over the size limit.
+    #[response(status = 413)]
+    TooLarge(ErrorResponse),
+    /// Queue full; retry after `Retry-After` seconds.
+    #[response(status = 429)]
+    QueueFull(ErrorResponse),
+    /// Model loading, engine not running, or the server draining.
+    #[response(status = 503)]
+    Unavailable(ErrorResponse),
+}
