@@ -54,7 +54,7 @@ pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
 pub const BUILD_INFO: &str = "sluice_build_info";
 /// HTTP requests by route and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "sluice_http_requests_total";
-/// HTTP request latency by route.
+/// HTTP request latency by route and status.
 pub const HTTP_SECONDS: &str = "sluice_http_request_duration_seconds";
 
 const LATENCY: &[f64] = &[
@@ -178,10 +178,10 @@ impl Metrics {
         let http_duration = HistogramVec::new(
             HistogramOpts::new(
                 HTTP_SECONDS,
-                "HTTP request latency by route, until the response headers (streams go on after).",
+                "HTTP request latency by route and status, until the response headers (streams go on after).",
             )
             .buckets(LATENCY.to_vec()),
-            &["route"],
+            &["route", "status"],
         )
         .expect("valid histogram");
         r.register(Box::new(http_duration.clone()))

@@ -59,11 +59,12 @@ pub async fn track(State(s): State<AppState>, req: Request, next: Next) -> Respo
     let start = Instant::now();
     let resp = next.run(req).await;
     let m = s.engine.metrics();
+    let status = resp.status();
     m.http_requests
-        .with_label_values(&[&route, resp.status().as_str()])
+        .with_label_values(&[&route, status.as_str()])
         .inc();
     m.http_duration
-        .with_label_values(&[&route])
+        .with_label_values(&[&route, status.as_str()])
         .observe(start.elapsed().as_secs_f64());
     resp
 }
