@@ -10,14 +10,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn spawn(model: &std::path::Path, port: u16, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--port", &port.to_string(), "--context", "512"])
@@ -46,7 +38,7 @@ async fn not_ready_while_the_model_loads() {
             .unwrap()
             .success()
     );
-    let port = free_port();
+    let port = common::free_port();
     let mut child = spawn(&fifo, port, &[]);
     let base = format!("http://127.0.0.1:{port}");
     let start = Instant::now();
@@ -82,7 +74,7 @@ async fn not_ready_while_the_model_loads() {
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_streams_then_exits_zero() {
-    let port = free_port();
+    let port = common::free_port();
     let mut child = spawn(&common::model_path(), port, &["--slots", "8"]);
     let base = format!("http://127.0.0.1:{port}");
     let start = Instant::now();

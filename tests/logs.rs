@@ -10,17 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn json_logs_carry_the_request_id_and_one_summary_per_request() {
-    let port = free_port();
+    let port = common::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args([
             "serve",

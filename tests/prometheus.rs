@@ -10,14 +10,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn query(prom: &str, q: &str) -> Option<f64> {
     let r: Value = reqwest::Client::new()
         .get(format!("{prom}/api/v1/query"))
@@ -43,7 +35,7 @@ async fn prometheus_scrapes_exact_counts() {
         format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sluice\n    static_configs:\n      - targets: ['{target}']\n"),
     )
     .unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let prom = format!("http://127.0.0.1:{port}");
     let mut child = Command::new("prometheus")
         .arg(format!("--config.file={}", cfg.display()))

@@ -102,3 +102,12 @@ pub fn serve_config() -> sluice::config::ServeConfig {
     cfg.max_body_bytes = 64 * 1024;
     cfg
 }
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -221,24 +221,26 @@ fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32], fma: impl Fn(f32, f32, f32) -
     }
 }
 
+/// Deterministic test data in [-0.5, 0.5) (an LCG), shared by the kernel tests.
+#[cfg(test)]
+pub(crate) fn noise(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
-
     #[test]
     fn every_level_matches_f64_reference() {
         for n in [1, 7, 31, 32, 33, 576, 1536, 1000] {
-            let (a, b) = (data(n, 1), data(n, 2));
+            let (a, b) = (noise(n, 1), noise(n, 2));
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
                 if level as u8 > Simd::detected() as u8 {
@@ -255,8 +257,8 @@ mod tests {
 
     #[test]
     fn axpy_adds_scaled() {
-        let x = data(100, 3);
-        let mut y = data(100, 4);
+        let x = noise(100, 3);
+        let mut y = noise(100, 4);
         let before = y.clone();
         axpy(0.5, &x, &mut y);
         for i in 0..100 {

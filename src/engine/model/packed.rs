@@ -290,17 +290,8 @@ unsafe fn rows_portable(
 mod tests {
     use candle_core::quantized::k_quants::{BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType};
 
+    use super::super::kernels::noise;
     use super::*;
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
 
     /// Quantises random weights with candle and returns the file bytes and candle's own
     /// dequantisation (the reference).
