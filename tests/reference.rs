@@ -92,6 +92,31 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
 }
 
 #[test]
+fn a_tokenizer_json_gives_the_same_ids() {
+    let (_, tok) = load();
+    let path = std::env::temp_dir().join(format!("sluice-tokenizer-{}.json", std::process::id()));
+    std::fs::write(&path, tok.to_json().unwrap()).unwrap();
+    let file = sluice::engine::model::GgufFile::open(&common::model_path()).unwrap();
+    let from_json =
+        sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&path)).expect("tokenizer.json loads");
+    let _ = std::fs::remove_file(&path);
+    let r = reference();
+    for (sec, e) in entries(&r) {
+        if sec == "raw" {
+            let text = e["prompt"].as_str().unwrap();
+            assert_eq!(
+                from_json.encode(text).unwrap(),
+                ids(&e["tokens"]),
+                "{text:?}"
+            );
+        }
+    }
+    assert_eq!(from_json.end_ids, tok.end_ids);
+    let bad = std::env::temp_dir().join("sluice-no-such-tokenizer.json");
+    assert!(sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&bad)).is_err());
+}
+
+#[test]
 fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
     let (model, _) = load();
     let r = reference();

@@ -67,6 +67,13 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The tokenizer in `tokenizer.json` form (what `--tokenizer` loads).
+    pub fn to_json(&self) -> Result<String, ModelError> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))
+    }
+
     /// Renders a conversation through the chat template with the generation prompt.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, ModelError> {
         self.chat_template
