@@ -220,24 +220,10 @@ async fn errors_have_openai_shape_and_status() {
 #[tokio::test]
 async fn models_tokenize_and_detokenize() {
     let base = common::server();
-    let models: Value = client()
-        .get(format!("{base}/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = common::get_json(&format!("{base}/v1/models")).await;
     let id = models["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(id, "SmolLM2-135M-Instruct.Q4_1");
-    let one: Value = client()
-        .get(format!("{base}/v1/models/{id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let one: Value = common::get_json(&format!("{base}/v1/models/{id}")).await;
     assert_eq!(one["id"], id);
     let (status, t) = post("/tokenize", json!({"prompt": "The capital of France is"})).await;
     assert_eq!(status, 200);

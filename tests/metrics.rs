@@ -49,27 +49,11 @@ async fn counters_and_histograms_match_the_requests_made() {
     // Three greedy completions, one at a time: 5 tokens each.
     let mut generated = 0.0;
     for i in 0..3 {
-        let r: Value = client
-            .post(format!("{base}/v1/completions"))
-            .json(&json!({"prompt": format!("Number {i} is"), "max_tokens": 5, "temperature": 0, "ignore_eos": true}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r: Value = common::post_json(&format!("{base}/v1/completions"), &json!({"prompt": format!("Number {i} is"), "max_tokens": 5, "temperature": 0, "ignore_eos": true})).await;
         generated += r["usage"]["completion_tokens"].as_f64().unwrap();
     }
     // One chat answer that ends on its own end token.
-    let r: Value = client
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "What is the capital of Germany?"}], "temperature": 0, "max_tokens": 40}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r: Value = common::post_json(&format!("{base}/v1/chat/completions"), &json!({"messages": [{"role": "user", "content": "What is the capital of Germany?"}], "temperature": 0, "max_tokens": 40})).await;
     assert_eq!(r["choices"][0]["finish_reason"], "stop");
     generated += r["usage"]["completion_tokens"].as_f64().unwrap();
     // A burst while one long request holds the only slot: the excess is refused.

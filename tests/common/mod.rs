@@ -111,3 +111,26 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// GET `url` and parse the JSON body.
+pub async fn get_json(url: &str) -> serde_json::Value {
+    reqwest::get(url)
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("JSON body")
+}
+
+/// POST `body` to `url` and parse the JSON answer.
+pub async fn post_json(url: &str, body: &serde_json::Value) -> serde_json::Value {
+    reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("JSON body")
+}
