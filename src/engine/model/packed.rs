@@ -256,35 +256,69 @@ fn dot_rows<const R: usize>(
     out
 }
 
-/// The baseline-target path: plain Rust, one block expanded at a time.
-unsafe fn rows_portable(
+/// Defines a kernel `$name` that fills `y[i * stride + r] = x_i · W_r` for i < n and r in
+/// r0..r1 with `$dot`, the same loop for every SIMD level (the x86 kernels add their
+/// `target_feature` attribute).
+macro_rules! rows_kernel {
+    ($(#[$attr:meta])* $name:ident, $dot:ident) => {
+        /// `y[i * stride + r] = x_i · W_r` for i < n, r in r0..r1.
+        ///
+        /// # Safety
+        /// The CPU has the enabled features; `y` is valid and exclusive at those indices.
+        $(#[$attr])*
+        pub(super) unsafe fn $name(
+            p: &PackedMatrix,
+            x: &[f32],
+            n: usize,
+            r0: usize,
+            r1: usize,
+            y: *mut f32,
+            stride: usize,
+        ) {
+            // Activation rows in groups of ROWS stay in L1 while the weight rows of the
+            // tile stream past them.
+            let mut i = 0;
+            while i + ROWS <= n {
+                for r in r0..r1 {
+                    // SAFETY: shapes checked by `matmul_rows_at`; features by the caller.
+                    let v = unsafe { $dot::<ROWS>(p, x, i, r) };
+                    for (k, val) in v.iter().enumerate() {
+                        // SAFETY: in bounds and exclusive by the caller's contract.
+                        unsafe { *y.add((i + k) * stride + r) = *val };
+                    }
+                }
+                i += ROWS;
+            }
+            while i < n {
+                for r in r0..r1 {
+                    // SAFETY: as above.
+                    let v = unsafe { $dot::<1>(p, x, i, r) };
+                    // SAFETY: as above.
+                    unsafe { *y.add(i * stride + r) = v[0] };
+                }
+                i += 1;
+            }
+        }
+    };
+}
+pub(super) use rows_kernel;
+
+/// `dot_rows` with plain multiply-add, for the baseline path.
+///
+/// # Safety
+/// None beyond `dot_rows`'s; `unsafe` only to share the kernel loop with the x86 paths.
+#[inline(always)]
+unsafe fn dot_portable<const R: usize>(
     p: &PackedMatrix,
     x: &[f32],
-    n: usize,
-    r0: usize,
-    r1: usize,
-    y: *mut f32,
-    stride: usize,
-) {
-    let fma = |a: f32, b: f32, c: f32| a * b + c;
-    for r in r0..r1 {
-        let mut i = 0;
-        while i + ROWS <= n {
-            let v = dot_rows::<ROWS>(p, x, i, r, &fma);
-            for (k, val) in v.iter().enumerate() {
-                // SAFETY: in bounds and exclusive by the caller's contract.
-                unsafe { *y.add((i + k) * stride + r) = *val };
-            }
-            i += ROWS;
-        }
-        while i < n {
-            let v = dot_rows::<1>(p, x, i, r, &fma);
-            // SAFETY: as above.
-            unsafe { *y.add(i * stride + r) = v[0] };
-            i += 1;
-        }
-    }
+    i0: usize,
+    r: usize,
+) -> [f32; R] {
+    dot_rows::<R>(p, x, i0, r, &|a: f32, b: f32, c: f32| a * b + c)
 }
+
+// The baseline-target path: plain Rust, one block expanded at a time.
+rows_kernel!(rows_portable, dot_portable);
 
 #[cfg(test)]
 mod tests {

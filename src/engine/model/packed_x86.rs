@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed::{BLOCK, PackedMatrix, ROWS};
+use super::packed::{BLOCK, PackedMatrix, ROWS, rows_kernel};
 
 /// Expands block `i` into two 16-lane vectors.
 #[inline(always)]
@@ -161,48 +161,13 @@ unsafe fn dot_rows256<const R: usize>(
     }
 }
 
-macro_rules! rows_kernel {
-    ($name:ident, $features:literal, $dot:ident) => {
-        /// `y[i * stride + r] = x_i · W_r` for i < n, r in r0..r1.
-        ///
-        /// # Safety
-        /// The CPU has the enabled features; `y` is valid and exclusive at those indices.
-        #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
-            p: &PackedMatrix,
-            x: &[f32],
-            n: usize,
-            r0: usize,
-            r1: usize,
-            y: *mut f32,
-            stride: usize,
-        ) {
-            // Activation rows in groups of ROWS stay in L1 while the weight rows of the
-            // tile stream past them.
-            let mut i = 0;
-            while i + ROWS <= n {
-                for r in r0..r1 {
-                    // SAFETY: shapes checked by `matmul_rows_at`; features by the caller.
-                    let v = unsafe { $dot::<ROWS>(p, x, i, r) };
-                    for (k, val) in v.iter().enumerate() {
-                        // SAFETY: in bounds and exclusive by the caller's contract.
-                        unsafe { *y.add((i + k) * stride + r) = *val };
-                    }
-                }
-                i += ROWS;
-            }
-            while i < n {
-                for r in r0..r1 {
-                    // SAFETY: as above.
-                    let v = unsafe { $dot::<1>(p, x, i, r) };
-                    // SAFETY: as above.
-                    unsafe { *y.add(i * stride + r) = v[0] };
-                }
-                i += 1;
-            }
-        }
-    };
-}
-
-rows_kernel!(rows_avx512, "avx512f,fma", dot_rows512);
-rows_kernel!(rows_avx2, "avx2,fma", dot_rows256);
+rows_kernel!(
+    #[target_feature(enable = "avx512f,fma")]
+    rows_avx512,
+    dot_rows512
+);
+rows_kernel!(
+    #[target_feature(enable = "avx2,fma")]
+    rows_avx2,
+    dot_rows256
+);
