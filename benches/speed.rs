@@ -36,7 +36,7 @@ fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
 
 fn runtime(model: &Model, tok: &Tokenizer) {
     let c = &model.config;
-    let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 1, 1024);
+    let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 2, 1024);
     let p = prompt(tok, 512, 0);
     let rows: Vec<TokenRow> = p
         .iter()
@@ -54,10 +54,11 @@ fn runtime(model: &Model, tok: &Tokenizer) {
     let steps = 128;
     let t = Instant::now();
     for i in 0..steps {
+        // Like llama-bench's tg128: 128 tokens from an empty context (slot 1).
         let row = TokenRow {
             token: p[i % 512],
-            slot: 0,
-            pos: 512 + i,
+            slot: 1,
+            pos: i,
         };
         model.forward(&mut kv, &[row], &[0]);
     }

@@ -2,8 +2,10 @@
 
 /// Keys and values for every layer, slot, KV head and position.
 ///
-/// Layout per layer: `[slot][kv_head][position][head_dim]`, so one slot's live prefix of a
-/// head is a contiguous run that decode attention reads without gathering.
+/// Layout per layer and (slot, kv_head): keys transposed, `[head_dim][context]`, so the
+/// scores of many positions are one vector multiply-add per key dimension; values
+/// `[position][head_dim]`, so the weighted sum adds whole rows. Attention reads only a
+/// slot's own live prefix of each, without gathering or masks.
 pub struct KvSlab {
     /// Number of slots (concurrent sequences).
     pub slots: usize,
@@ -53,19 +55,26 @@ impl KvSlab {
 
     /// Writes one position's keys and values (all KV heads, concatenated) for a layer.
     pub fn write(&mut self, layer: usize, slot: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let hd = self.head_dim;
+        let (hd, ctx) = (self.head_dim, self.context);
         for h in 0..self.kv_heads {
+            let base = self.offset(slot, h, 0);
+            let keys = &mut self.keys[layer][base..base + hd * ctx];
+            for (d, kd) in k[h * hd..(h + 1) * hd].iter().enumerate() {
+                keys[d * ctx + pos] = *kd;
+            }
             let o = self.offset(slot, h, pos);
-            self.keys[layer][o..o + hd].copy_from_slice(&k[h * hd..(h + 1) * hd]);
             self.values[layer][o..o + hd].copy_from_slice(&v[h * hd..(h + 1) * hd]);
         }
     }
 
-    /// Keys and values of positions `0..len` of one slot and head.
+    /// One slot and head: its transposed keys (`head_dim` rows of `context` positions, of
+    /// which `0..len` are live) and the values of positions `0..len`.
     pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f32], &[f32]) {
         let o = self.offset(slot, head, 0);
-        let n = len * self.head_dim;
-        (&self.keys[layer][o..o + n], &self.values[layer][o..o + n])
+        (
+            &self.keys[layer][o..o + self.head_dim * self.context],
+            &self.values[layer][o..o + len * self.head_dim],
+        )
     }
 
     /// Copies positions `0..len` of every layer from one slot to another (n > 1 sharing a
@@ -78,7 +87,10 @@ impl KvSlab {
         for layer in 0..self.keys.len() {
             for h in 0..self.kv_heads {
                 let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
-                self.keys[layer].copy_within(src..src + n, dst);
+                for d in 0..self.head_dim {
+                    let (s, t) = (src + d * self.context, dst + d * self.context);
+                    self.keys[layer].copy_within(s..s + len, t);
+                }
                 self.values[layer].copy_within(src..src + n, dst);
             }
         }

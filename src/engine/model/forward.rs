@@ -6,9 +6,12 @@
 //! slab before attention, and each row attends to positions `0..=pos` of its own slot:
 //! causal within a prompt and bounded by the live length (E10).
 
+use std::sync::OnceLock;
+
 use rayon::prelude::*;
 
-use super::kernels::{attend, dot};
+use super::kernels::{attend_group, dot};
+use super::linear::Input;
 use super::{Layer, Model};
 use crate::engine::kv::KvSlab;
 
@@ -21,6 +24,17 @@ pub struct TokenRow {
     pub slot: usize,
     /// Position in the sequence (RoPE angle and KV index), counting real tokens only.
     pub pos: usize,
+}
+
+/// The compute threads (`RAYON_NUM_THREADS`, else one per CPU).
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("sluice-compute-{i}"))
+            .build()
+            .expect("compute threads")
+    })
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -60,6 +74,13 @@ impl Model {
     /// Runs `rows` through the model, writing their keys and values into `kv`, and returns
     /// the logits of the rows listed in `want` (`want.len() x vocab`, in that order).
     pub fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+        // The whole pass runs on a worker of the compute pool: its parallel loops then
+        // split work with the other workers directly instead of each one being injected
+        // from outside the pool and waited for (hundreds of wake-ups per token).
+        pool().install(|| self.forward_rows(kv, rows, want))
+    }
+
+    fn forward_rows(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
         let c = &self.config;
         let n = rows.len();
         let (dim, hd) = (c.dim, c.head_dim);
@@ -84,9 +105,10 @@ impl Model {
 
         for (l, layer) in w.layers.iter().enumerate() {
             norm_rows(&x, &layer.attn_norm, c.rms_eps, &mut h);
-            layer.wq.matmul(&h, n, &mut q);
-            layer.wk.matmul(&h, n, &mut k);
-            layer.wv.matmul(&h, n, &mut v);
+            let input = Input::new(&h, n);
+            layer.wq.matmul_input(&input, &mut q);
+            layer.wk.matmul_input(&input, &mut k);
+            layer.wv.matmul_input(&input, &mut v);
             for i in 0..n {
                 let t = &cs[i * half..(i + 1) * half];
                 rope(&mut q[i * q_dim..(i + 1) * q_dim], hd, t);
@@ -125,21 +147,21 @@ impl Model {
         logits
     }
 
-    /// Scaled dot-product attention of every (row, head) over its slot's positions 0..=pos.
+    /// Scaled dot-product attention of every (row, KV head group) over its slot's
+    /// positions 0..=pos.
     fn attention(&self, kv: &KvSlab, layer: usize, rows: &[TokenRow], q: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let hd = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        out.par_chunks_mut(hd).enumerate().for_each_init(
+        out.par_chunks_mut(group * hd).enumerate().for_each_init(
             Vec::new,
             |scores: &mut Vec<f32>, (idx, o)| {
-                let (i, head) = (idx / c.n_heads, idx % c.n_heads);
+                let (i, kvh) = (idx / c.n_kv_heads, idx % c.n_kv_heads);
                 let r = rows[i];
-                let len = r.pos + 1;
-                let (keys, values) = kv.read(layer, r.slot, head / group, len);
-                let qh = &q[(i * c.n_heads + head) * hd..][..hd];
-                attend(qh, keys, values, scale, scores, o);
+                let (keys_t, values) = kv.read(layer, r.slot, kvh, r.pos + 1);
+                let qg = &q[(i * c.n_heads + kvh * group) * hd..][..group * hd];
+                attend_group(qg, hd, keys_t, kv.context, values, scale, scores, o);
             },
         );
     }
@@ -170,8 +192,9 @@ fn ffn(
 ) {
     let n = x.len() / layer.ffn_norm.len();
     norm_rows(x, &layer.ffn_norm, eps, h);
-    layer.gate.matmul(h, n, gate);
-    layer.up.matmul(h, n, up);
+    let input = Input::new(h, n);
+    layer.gate.matmul_input(&input, gate);
+    layer.up.matmul_input(&input, up);
     for (g, u) in gate.iter_mut().zip(up.iter()) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }

@@ -1,8 +1,10 @@
-//! Weight matrices kept in their GGUF quantisation, multiplied against f32 activations.
+//! Weight matrices kept in their GGUF quantisation.
 //!
-//! Each quantised row is dequantised with candle's block routines (`GgmlType::to_float`)
-//! into a small per-thread tile and reused across every activation row of the batch, so
-//! a batch of n rows reads each weight once, not n times.
+//! The formats with a fast path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are
+//! repacked for the integer kernels of `packed.rs` and multiplied against int8 activations.
+//! Every other type (F32, F16, BF16, Q2_K, Q3_K) is dequantised with candle's block
+//! routines (`GgmlType::to_float`) into a small per-thread tile and reused across every
+//! activation row of the batch, so a batch of n rows reads each weight once, not n times.
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
@@ -10,8 +12,11 @@ use candle_core::quantized::k_quants::{
     BlockQ8_0, GgmlType,
 };
 use half::{bf16, f16};
+use std::cell::OnceCell;
+
 use rayon::prelude::*;
 
+use super::acts::QuantActs;
 use super::gguf::{GgufFile, ModelError};
 use super::kernels::dot;
 use super::packed::PackedMatrix;
@@ -194,18 +199,29 @@ impl QLinear {
     /// `y[n x rows] = x[n x cols] · Wᵀ`. Every output element is computed the same way
     /// whatever `n` is, so a sequence gets identical numbers alone or inside a batch.
     pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
-        let (rows, cols) = (self.rows, self.cols);
+        self.matmul_input(&Input::new(x, n), y)
+    }
+
+    /// As `matmul`, sharing the int8 quantisation of `x` with the other matrices that
+    /// take the same input.
+    pub fn matmul_input(&self, input: &Input, y: &mut [f32]) {
+        let (rows, cols, n, x) = (self.rows, self.cols, input.n, input.x);
         assert_eq!(x.len(), n * cols, "activation shape");
         assert_eq!(y.len(), n * rows, "output shape");
+        if n == 0 {
+            return;
+        }
         let out = SendPtr(y.as_mut_ptr());
         let src = match &self.src {
             Source::Packed(p) => {
-                (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
-                    let r0 = t * TILE_ROWS;
-                    let r1 = (r0 + TILE_ROWS).min(rows);
-                    // SAFETY: tasks own disjoint row ranges [r0, r1), so each output
-                    // element i*rows + r is written by exactly one task, in bounds.
-                    unsafe { p.matmul_rows(x, n, r0, r1, out.get(), rows) };
+                let acts = input.acts(cols);
+                let groups = p.groups();
+                let tasks = (rayon::current_num_threads() * 4).clamp(1, groups);
+                (0..tasks).into_par_iter().for_each(|t| {
+                    let (g0, g1) = (t * groups / tasks, (t + 1) * groups / tasks);
+                    // SAFETY: tasks own disjoint group ranges, so each output element
+                    // i*rows + r is written by exactly one task, in bounds.
+                    unsafe { p.matmul_groups(acts, g0, g1, out.get(), rows) };
                 });
                 return;
             }
@@ -228,6 +244,33 @@ impl QLinear {
                 }
             },
         );
+    }
+}
+
+/// Activations for one or more matmuls: the f32 rows and, made on first use, their int8
+/// quantisation.
+pub struct Input<'a> {
+    x: &'a [f32],
+    n: usize,
+    acts: OnceCell<QuantActs>,
+}
+
+impl<'a> Input<'a> {
+    /// `n` rows of `x`.
+    pub fn new(x: &'a [f32], n: usize) -> Self {
+        Self {
+            x,
+            n,
+            acts: OnceCell::new(),
+        }
+    }
+
+    fn acts(&self, cols: usize) -> &QuantActs {
+        let a = self
+            .acts
+            .get_or_init(|| QuantActs::new(self.x, self.n, cols));
+        assert_eq!(a.cols, cols, "one input, one width");
+        a
     }
 }
 

@@ -1,6 +1,8 @@
 //! The model runtime: llama-architecture GGUF weights and their forward pass.
 
+pub mod acts;
 pub mod config;
+mod formats;
 mod forward;
 pub mod gguf;
 pub mod kernels;
