@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use sluice::engine::batch::{self, Job, Output};
 use sluice::engine::kv::KvSlab;
 use sluice::engine::model::Model;
+use sluice::engine::model::kernels::Simd;
 use sluice::tokenizer::{ChatMessage, IncrementalDecoder};
 
 /// Every prompt of the reference file: (section, entry).
@@ -119,6 +120,7 @@ fn a_tokenizer_json_gives_the_same_ids() {
 #[test]
 fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
     let (model, _) = load();
+    println!("kernel level: {:?}", Simd::current());
     let r = reference();
     let jobs: Vec<Job> = entries(&r)
         .iter()
@@ -164,11 +166,47 @@ fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
         }
     }
 
+    if std::env::var_os("SLUICE_REFERENCE_ALONE_ONLY").is_some() {
+        return;
+    }
     // Batched: all twenty prompts of different lengths in one prefill and decode batch,
     // each in a different slot, must give the same tokens as alone (E7).
     let mut kv = slab(&model, jobs.len(), 256);
     let together = batch::run(&model, &mut kv, &jobs);
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
         assert_eq!(a.ids, b.ids, "prompt {i}: batched differs from alone");
+    }
+}
+
+/// The same greedy runs with every other kernel path forced (`SLUICE_KERNEL`), in a child
+/// process of this test binary, since the level is fixed once per process.
+#[test]
+fn every_kernel_path_stays_close_to_the_reference() {
+    if std::env::var_os("SLUICE_KERNEL").is_some() {
+        return; // already a child
+    }
+    for level in [Simd::Avx2, Simd::Portable] {
+        if level as u8 >= Simd::detected() as u8 {
+            continue; // the parent run covers the detected level
+        }
+        let name = format!("{level:?}").to_lowercase();
+        let out = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "greedy_runs_are_close_to_the_reference_alone_and_batched",
+                "--nocapture",
+            ])
+            .env("SLUICE_KERNEL", &name)
+            .env("SLUICE_REFERENCE_ALONE_ONLY", "1")
+            .output()
+            .expect("test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("--- SLUICE_KERNEL={name}\n{stdout}");
+        assert!(out.status.success(), "{name}: {stdout}");
+        assert!(
+            stdout.contains(&format!("kernel level: {level:?}")),
+            "{name} was not in force"
+        );
+        assert!(stdout.contains("20/20 close to reference"), "{name}: {stdout}");
     }
 }

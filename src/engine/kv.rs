@@ -1,8 +1,13 @@
 //! The KV cache slab: allocated once at start-up, written in place by every step (E4).
+//! Keys and values are stored as f16 (as llama.cpp does by default): attention at many
+//! streams is bound by reading them, and f16 halves that traffic.
+
+use half::f16;
 
 /// Keys and values for every layer, slot, KV head and position.
 ///
-/// Layout per layer and (slot, kv_head): keys transposed, `[head_dim][context]`, so the
+/// Layout per layer and (slot, kv_head): keys transposed, `[head_dim][stride]` (`stride`
+/// is the context rounded up to 16 so that kernels may read whole vectors), so the
 /// scores of many positions are one vector multiply-add per key dimension; values
 /// `[position][head_dim]`, so the weighted sum adds whole rows. Attention reads only a
 /// slot's own live prefix of each, without gathering or masks.
@@ -11,10 +16,12 @@ pub struct KvSlab {
     pub slots: usize,
     /// Positions per slot.
     pub context: usize,
+    /// Key row length: `context` rounded up to a multiple of 16.
+    pub stride: usize,
     kv_heads: usize,
     head_dim: usize,
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    keys: Vec<Vec<f16>>,
+    values: Vec<Vec<f16>>,
 }
 
 impl KvSlab {
@@ -27,20 +34,22 @@ impl KvSlab {
         slots: usize,
         context: usize,
     ) -> Self {
-        let per_layer = slots * kv_heads * context * head_dim;
+        let stride = context.next_multiple_of(16);
+        let per_layer = slots * kv_heads * stride * head_dim;
         Self {
             slots,
             context,
+            stride,
             kv_heads,
             head_dim,
-            keys: (0..layers).map(|_| vec![0f32; per_layer]).collect(),
-            values: (0..layers).map(|_| vec![0f32; per_layer]).collect(),
+            keys: (0..layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
+            values: (0..layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
         }
     }
 
     /// Bytes reserved by the slab.
     pub fn bytes(&self) -> usize {
-        2 * self.keys.len() * self.keys.first().map_or(0, Vec::len) * 4
+        2 * self.keys.len() * self.keys.first().map_or(0, Vec::len) * 2
     }
 
     /// Address of the first layer's keys: unchanged for the slab's lifetime (tests use it
@@ -50,29 +59,31 @@ impl KvSlab {
     }
 
     fn offset(&self, slot: usize, head: usize, pos: usize) -> usize {
-        ((slot * self.kv_heads + head) * self.context + pos) * self.head_dim
+        ((slot * self.kv_heads + head) * self.stride + pos) * self.head_dim
     }
 
     /// Writes one position's keys and values (all KV heads, concatenated) for a layer.
     pub fn write(&mut self, layer: usize, slot: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (hd, ctx) = (self.head_dim, self.context);
+        let (hd, stride) = (self.head_dim, self.stride);
         for h in 0..self.kv_heads {
             let base = self.offset(slot, h, 0);
-            let keys = &mut self.keys[layer][base..base + hd * ctx];
+            let keys = &mut self.keys[layer][base..base + hd * stride];
             for (d, kd) in k[h * hd..(h + 1) * hd].iter().enumerate() {
-                keys[d * ctx + pos] = *kd;
+                keys[d * stride + pos] = f16::from_f32(*kd);
             }
             let o = self.offset(slot, h, pos);
-            self.values[layer][o..o + hd].copy_from_slice(&v[h * hd..(h + 1) * hd]);
+            for (out, x) in self.values[layer][o..o + hd].iter_mut().zip(&v[h * hd..]) {
+                *out = f16::from_f32(*x);
+            }
         }
     }
 
-    /// One slot and head: its transposed keys (`head_dim` rows of `context` positions, of
+    /// One slot and head: its transposed keys (`head_dim` rows of `stride` positions, of
     /// which `0..len` are live) and the values of positions `0..len`.
-    pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f32], &[f32]) {
+    pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f16], &[f16]) {
         let o = self.offset(slot, head, 0);
         (
-            &self.keys[layer][o..o + self.head_dim * self.context],
+            &self.keys[layer][o..o + self.head_dim * self.stride],
             &self.values[layer][o..o + len * self.head_dim],
         )
     }
@@ -88,7 +99,7 @@ impl KvSlab {
             for h in 0..self.kv_heads {
                 let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
                 for d in 0..self.head_dim {
-                    let (s, t) = (src + d * self.context, dst + d * self.context);
+                    let (s, t) = (src + d * self.stride, dst + d * self.stride);
                     self.keys[layer].copy_within(s..s + len, t);
                 }
                 self.values[layer].copy_within(src..src + n, dst);

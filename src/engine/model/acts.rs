@@ -5,6 +5,8 @@
 //! the block sums `d * Σq` (over 32 and over each half of 16) that the weights' offsets
 //! multiply.
 
+use rayon::prelude::*;
+
 use super::kernels::Simd;
 
 /// Values per activation block.
@@ -47,15 +49,27 @@ impl QuantActs {
         self.d.resize(n * cols / ABLOCK, 0.0);
         self.s32.resize(n * cols / ABLOCK, 0.0);
         self.s16.resize(n * cols / 16, 0.0);
-        match Simd::current() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-            Simd::Avx512 => unsafe { quantise_avx512(self, x) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above.
-            Simd::Avx2 => unsafe { quantise_avx2(self, x) },
-            _ => quantise(self, x),
-        }
+        let level = Simd::current();
+        // Large batches (prefill) are split across the compute threads by rows.
+        let rows_per_task = if n >= 32 { 16 } else { n.max(1) };
+        let nb = cols / ABLOCK;
+        x.par_chunks(rows_per_task * cols)
+            .zip(self.q.par_chunks_mut(rows_per_task * cols))
+            .zip(self.d.par_chunks_mut(rows_per_task * nb))
+            .zip(self.s32.par_chunks_mut(rows_per_task * nb))
+            .zip(self.s16.par_chunks_mut(rows_per_task * nb * 2))
+            .for_each(|((((x, q), d), s32), s16)| {
+                let mut out = Out { q, d, s32, s16 };
+                match level {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `Simd::current` only returns a level the CPU reports.
+                    Simd::Avx512 => unsafe { quantise_avx512(&mut out, x) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    Simd::Avx2 => unsafe { quantise_avx2(&mut out, x) },
+                    _ => quantise(&mut out, x),
+                }
+            });
     }
 
     /// Block sums for weight blocks of `bk` (16 or 32) columns.
@@ -65,21 +79,53 @@ impl QuantActs {
     }
 }
 
+/// The output slices of some rows.
+struct Out<'a> {
+    q: &'a mut [i8],
+    d: &'a mut [f32],
+    s32: &'a mut [f32],
+    s16: &'a mut [f32],
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,fma")]
-unsafe fn quantise_avx512(a: &mut QuantActs, x: &[f32]) {
-    quantise(a, x)
+unsafe fn quantise_avx512(a: &mut Out, x: &[f32]) {
+    use std::arch::x86_64::*;
+    for (b, (xb, qb)) in x
+        .chunks_exact(ABLOCK)
+        .zip(a.q.chunks_exact_mut(ABLOCK))
+        .enumerate()
+    {
+        // SAFETY: `xb` and `qb` hold 32 elements each; avx512f/bw are enabled.
+        unsafe {
+            let v0 = _mm512_loadu_ps(xb.as_ptr());
+            let v1 = _mm512_loadu_ps(xb.as_ptr().add(16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            let d = amax / 127.0;
+            let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            // Round to nearest even (the default MXCSR mode), as `round_ties_even`.
+            let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+            let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            _mm_storeu_si128(qb.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128(qb.as_mut_ptr().add(16) as *mut __m128i, _mm512_cvtepi32_epi8(q1));
+            let (s0, s1) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
+            a.d[b] = d;
+            a.s16[2 * b] = d * s0 as f32;
+            a.s16[2 * b + 1] = d * s1 as f32;
+            a.s32[b] = d * (s0 + s1) as f32;
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantise_avx2(a: &mut QuantActs, x: &[f32]) {
+unsafe fn quantise_avx2(a: &mut Out, x: &[f32]) {
     quantise(a, x)
 }
 
-/// Plain loops that the compiler vectorises at the caller's level.
+/// Plain loops (the definition the AVX-512 path follows).
 #[inline(always)]
-fn quantise(a: &mut QuantActs, x: &[f32]) {
+fn quantise(a: &mut Out, x: &[f32]) {
     for (b, (xb, qb)) in x
         .chunks_exact(ABLOCK)
         .zip(a.q.chunks_exact_mut(ABLOCK))
@@ -112,6 +158,31 @@ fn quantise(a: &mut QuantActs, x: &[f32]) {
 mod tests {
     use super::super::kernels::noise;
     use super::*;
+
+    #[test]
+    fn every_level_quantises_alike() {
+        let (n, cols) = (2, 128);
+        let x = noise(n * cols, 6);
+        let fresh = || {
+            (
+                vec![0i8; n * cols],
+                vec![0f32; n * cols / 32],
+                vec![0f32; n * cols / 32],
+                vec![0f32; n * cols / 16],
+            )
+        };
+        let mut want = fresh();
+        let (q, d, s32, s16) = &mut want;
+        quantise(&mut Out { q, d, s32, s16 }, &x);
+        #[cfg(target_arch = "x86_64")]
+        if Simd::detected() == Simd::Avx512 {
+            let mut got = fresh();
+            let (q, d, s32, s16) = &mut got;
+            // SAFETY: the CPU has AVX-512 (checked above).
+            unsafe { quantise_avx512(&mut Out { q, d, s32, s16 }, &x) };
+            assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn blocks_round_trip_within_half_a_step() {

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::kernels::{attend_group, dot};
+use super::attention::{Attn, attend_group};
+use super::kernels::dot;
 use super::linear::Input;
 use super::{Layer, Model};
 use crate::engine::kv::KvSlab;
@@ -160,8 +161,15 @@ impl Model {
                 let (i, kvh) = (idx / c.n_kv_heads, idx % c.n_kv_heads);
                 let r = rows[i];
                 let (keys_t, values) = kv.read(layer, r.slot, kvh, r.pos + 1);
-                let qg = &q[(i * c.n_heads + kvh * group) * hd..][..group * hd];
-                attend_group(qg, hd, keys_t, kv.context, values, scale, scores, o);
+                let a = Attn {
+                    q: &q[(i * c.n_heads + kvh * group) * hd..][..group * hd],
+                    hd,
+                    keys_t,
+                    stride: kv.stride,
+                    values,
+                    scale,
+                };
+                attend_group(&a, scores, o);
             },
         );
     }

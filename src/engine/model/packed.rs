@@ -202,6 +202,26 @@ impl PackedMatrix {
         }
     }
 
+    /// All quants of (group, block) as `u[row * bk + t]`.
+    fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
+        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
+        let bk = self.bk;
+        let half = bk / 8;
+        for j in 0..GROUP {
+            for c in 0..bk / 4 {
+                for t in 0..4 {
+                    u[j * bk + 4 * c + t] = if !self.nibbles {
+                        q[c * CHUNK + 4 * j + t]
+                    } else if c < half {
+                        q[c * CHUNK + 4 * j + t] & 0xF
+                    } else {
+                        q[(c - half) * CHUNK + 4 * j + t] >> 4
+                    };
+                }
+            }
+        }
+    }
+
     /// Row `r` as f32 (`w = d * u + m`).
     pub fn row(&self, r: usize, out: &mut [f32]) {
         let (g, j) = (r / GROUP, r % GROUP);
@@ -302,11 +322,7 @@ impl PackedMatrix {
         for g in g0..g1 {
             acc.iter_mut().for_each(|x| *x = [0.0; GROUP]);
             for b in 0..nb {
-                for j in 0..GROUP {
-                    for t in 0..bk {
-                        u[j * bk + t] = self.quant_at(g, b, j, t);
-                    }
-                }
+                self.unpack(g, b, &mut u);
                 let dw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.d, g, b, j));
                 let mw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.m, g, b, j));
                 for (i, acc) in acc.iter_mut().enumerate() {
