@@ -207,6 +207,9 @@ fn every_kernel_path_stays_close_to_the_reference() {
             stdout.contains(&format!("kernel level: {level:?}")),
             "{name} was not in force"
         );
-        assert!(stdout.contains("20/20 close to reference"), "{name}: {stdout}");
+        assert!(
+            stdout.contains("20/20 close to reference"),
+            "{name}: {stdout}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! streams is bound by reading them, and f16 halves that traffic.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Keys and values for every layer, slot, KV head and position.
 ///
@@ -34,6 +35,7 @@ impl KvSlab {
         slots: usize,
         context: usize,
     ) -> Self {
+        assert!(head_dim <= 256, "head dimension {head_dim} above 256");
         let stride = context.next_multiple_of(16);
         let per_layer = slots * kv_heads * stride * head_dim;
         Self {
@@ -68,13 +70,14 @@ impl KvSlab {
         for h in 0..self.kv_heads {
             let base = self.offset(slot, h, 0);
             let keys = &mut self.keys[layer][base..base + hd * stride];
-            for (d, kd) in k[h * hd..(h + 1) * hd].iter().enumerate() {
-                keys[d * stride + pos] = f16::from_f32(*kd);
+            let mut kh = [f16::ZERO; 256];
+            let kh = &mut kh[..hd];
+            kh.convert_from_f32_slice(&k[h * hd..(h + 1) * hd]);
+            for (d, kd) in kh.iter().enumerate() {
+                keys[d * stride + pos] = *kd;
             }
             let o = self.offset(slot, h, pos);
-            for (out, x) in self.values[layer][o..o + hd].iter_mut().zip(&v[h * hd..]) {
-                *out = f16::from_f32(*x);
-            }
+            self.values[layer][o..o + hd].convert_from_f32_slice(&v[h * hd..(h + 1) * hd]);
         }
     }
 

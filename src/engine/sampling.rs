@@ -2,6 +2,8 @@
 //! with a random stream derived from (seed, step) so a request samples the same tokens
 //! alone or in any batch, in any slot.
 
+use crate::engine::model::attention::exp_fast;
+
 /// How one request chooses its tokens. Every field is per request; a batch mixes them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -78,7 +80,13 @@ pub fn uniform(seed: u64, step: u64) -> f64 {
 /// log-probability of `token`.
 fn raw_logprobs(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
+    let mut sums = [0f32; 16];
+    for c in logits.chunks(16) {
+        for (s, l) in sums.iter_mut().zip(c) {
+            *s += exp_fast(l - max);
+        }
+    }
+    let lse = max + sums.iter().sum::<f32>().ln();
     let top = best(logits, n)
         .into_iter()
         .map(|i| (i as u32, logits[i] - lse))
@@ -91,6 +99,16 @@ fn best(values: &[f32], k: usize) -> Vec<usize> {
     let k = k.min(values.len());
     if k == 0 {
         return Vec::new();
+    }
+    if k == 1 {
+        // Argmax, first index on ties.
+        let mut b = 0;
+        for (i, v) in values.iter().enumerate() {
+            if v.total_cmp(&values[b]).is_gt() {
+                b = i;
+            }
+        }
+        return vec![b];
     }
     let order = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
     let mut idx: Vec<usize> = (0..values.len()).collect();

@@ -107,7 +107,10 @@ unsafe fn quantise_avx512(a: &mut Out, x: &[f32]) {
             let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
             let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
             _mm_storeu_si128(qb.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128(qb.as_mut_ptr().add(16) as *mut __m128i, _mm512_cvtepi32_epi8(q1));
+            _mm_storeu_si128(
+                qb.as_mut_ptr().add(16) as *mut __m128i,
+                _mm512_cvtepi32_epi8(q1),
+            );
             let (s0, s1) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
             a.d[b] = d;
             a.s16[2 * b] = d * s0 as f32;

@@ -55,7 +55,7 @@ fn softmax_unnormalised(s: &mut [f32]) -> f32 {
     let mut sums = [0f32; 16];
     for c in s.chunks_mut(16) {
         for (l, x) in sums.iter_mut().zip(c) {
-            *x = exp_neg(*x - max);
+            *x = exp_fast(*x - max);
             *l += *x;
         }
     }
@@ -117,14 +117,23 @@ unsafe fn attend_avx512(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
         len <= a.stride && a.stride.is_multiple_of(16) && a.keys_t.len() >= hd * a.stride,
         "attention shapes"
     );
-    assert!(out.len() == g * hd && hd.is_multiple_of(16), "attention output");
+    assert!(
+        out.len() == g * hd && hd.is_multiple_of(16),
+        "attention output"
+    );
     scores.clear();
     scores.resize(g.next_multiple_of(H) * lp, 0.0);
     let kp = a.keys_t.as_ptr() as *const u16;
     let vp = a.values.as_ptr() as *const u16;
     for h0 in (0..g).step_by(H) {
         let gh = (g - h0).min(H);
-        let qd = |h: usize, d: usize| if h < gh { a.q[(h0 + h) * hd + d] * a.scale } else { 0.0 };
+        let qd = |h: usize, d: usize| {
+            if h < gh {
+                a.q[(h0 + h) * hd + d] * a.scale
+            } else {
+                0.0
+            }
+        };
         let mut p = 0;
         while p < len {
             // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so the
@@ -179,11 +188,11 @@ unsafe fn attend_avx512(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     }
 }
 
-/// `e^x` for `x <= 0` (Cephes' expf: range reduction by ln 2 and a degree-6 polynomial,
-/// within 2 ulp), written so that it vectorises; below -87 it flushes to about 0.
+/// `e^x` (Cephes' expf: range reduction by ln 2 and a degree-6 polynomial, within a few
+/// ulp), written so that it vectorises; `x` is clamped to [-87, 88].
 #[inline(always)]
-pub(crate) fn exp_neg(x: f32) -> f32 {
-    let x = x.max(-87.0);
+pub fn exp_fast(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
     let n = (x * std::f32::consts::LOG2_E).round_ties_even();
     let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let z = r * r;
@@ -201,10 +210,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exp_neg_is_within_a_few_ulp() {
-        for i in 0..=87_000 {
-            let x = -(i as f32) / 1000.0;
-            let (got, want) = (exp_neg(x), x.exp());
+    fn exp_fast_is_within_a_few_ulp() {
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1000.0;
+            let (got, want) = (exp_fast(x), x.exp());
             assert!(
                 (got - want).abs() <= 4.0 * f32::EPSILON * want,
                 "exp({x}) = {got}, want {want}"
@@ -215,7 +224,12 @@ mod tests {
     #[test]
     fn attention_matches_f64_softmax_on_every_level() {
         let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
-        for (hd, g, len) in [(64usize, 3usize, 37usize), (64, 5, 16), (128, 1, 3), (48, 2, 20)] {
+        for (hd, g, len) in [
+            (64usize, 3usize, 37usize),
+            (64, 5, 16),
+            (128, 1, 3),
+            (48, 2, 20),
+        ] {
             let stride = len.next_multiple_of(16) + 16;
             let q = noise(g * hd, 11);
             let keys_t = halves(noise(hd * stride, 12));
@@ -266,7 +280,10 @@ mod tests {
                     _ => attend_body(&a, &mut scratch, &mut out, |x, y, acc| x * y + acc),
                 }
                 for (a, b) in out.iter().zip(&want) {
-                    assert!((*a as f64 - b).abs() < 1e-6, "{level:?} hd={hd} g={g}: {a} vs {b}");
+                    assert!(
+                        (*a as f64 - b).abs() < 1e-6,
+                        "{level:?} hd={hd} g={g}: {a} vs {b}"
+                    );
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The model runtime: llama-architecture GGUF weights and their forward pass.
 
 pub mod acts;
-mod attention;
+pub mod attention;
 pub mod config;
 mod formats;
 mod forward;
