@@ -7,7 +7,16 @@
 //!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
 //!   and the prefill padding ratio.
 //!
-//! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model.
+//! Then, when llama.cpp is built (`scripts/build-llama-cpp`, or `LLAMA_CPP_BIN`), the
+//! same four figures from `llama-bench` and `llama-batched-bench` on the same file, and a
+//! table with the ratio sluice / llama.cpp.
+//!
+//! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model;
+//! `SLUICE_BENCH_TYPES=Q4_1,Q4_0,Q8_0` also benchmarks requantised copies of the default
+//! model (made with llama.cpp's `llama-quantize --allow-requantize`).
+
+#[path = "speed/peer.rs"]
+mod peer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +43,7 @@ fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
     ids
 }
 
-fn runtime(model: &Model, tok: &Tokenizer) {
+fn runtime(model: &Model, tok: &Tokenizer) -> (f64, f64) {
     let c = &model.config;
     let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 2, 1024);
     let p = prompt(tok, 512, 0);
@@ -66,9 +75,10 @@ fn runtime(model: &Model, tok: &Tokenizer) {
     println!(
         "model runtime: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
     );
+    (prefill, decode)
 }
 
-async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) {
+async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
     let (p0, pad0) = eng.prefill_token_counts();
     let start = Instant::now();
     let streams: Vec<_> = (0..n)
@@ -111,18 +121,21 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) {
         wall.as_secs_f64(),
         padding * 100.0
     );
+    agg
 }
 
-fn main() {
-    let file = GgufFile::open(&model_path()).expect("run scripts/fetch-model first");
+/// sluice's four figures for one model, tokens/s.
+fn sluice(path: &std::path::Path) -> peer::Figures {
+    let file = GgufFile::open(path).expect("run scripts/fetch-model first");
     let model = Model::from_file(&file).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
     println!(
-        "kernel level: {:?}, threads: {}",
+        "{}: kernel level {:?}, threads {}",
+        path.display(),
         sluice::engine::model::kernels::Simd::current(),
         rayon::current_num_threads()
     );
-    runtime(&model, &tok);
+    let (prefill, decode) = runtime(&model, &tok);
     let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
         .unwrap_or_else(|_| "1,8,32".into())
         .split(',')
@@ -135,7 +148,55 @@ fn main() {
     };
     let eng = EngineHandle::start(model, tok.clone(), cfg);
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut f = peer::Figures {
+        prefill,
+        decode,
+        ..Default::default()
+    };
     for n in levels {
-        rt.block_on(engine_row(&eng, &tok, n));
+        let agg = rt.block_on(engine_row(&eng, &tok, n));
+        match n {
+            8 => f.streams8 = agg,
+            32 => f.streams32 = agg,
+            _ => {}
+        }
+    }
+    f
+}
+
+fn main() {
+    let default = model_path();
+    let types = std::env::var("SLUICE_BENCH_TYPES").unwrap_or_else(|_| "Q4_1".into());
+    let llama = peer::bin_dir();
+    if llama.is_none() {
+        println!("llama.cpp not found (scripts/build-llama-cpp or LLAMA_CPP_BIN): sluice only");
+    }
+    let mut table = Vec::new();
+    for dtype in types.split(',').map(str::trim) {
+        let path = match (&llama, dtype) {
+            (_, "Q4_1") => default.clone(),
+            (Some(bin), t) => peer::requantised(bin, &default, t),
+            (None, t) => panic!("{t} needs llama-quantize"),
+        };
+        let ours = sluice(&path);
+        let theirs = llama.as_ref().map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
+        table.push((dtype.to_string(), ours, theirs));
+    }
+    println!("\n| model | figure (tok/s) | llama.cpp | sluice | sluice / llama.cpp |");
+    println!("|---|---|---:|---:|---:|");
+    for (dtype, ours, theirs) in table {
+        let rows = [
+            ("prefill 512", ours.prefill, theirs.map(|t| t.prefill)),
+            ("decode, 1 stream", ours.decode, theirs.map(|t| t.decode)),
+            ("decode, 8 streams (aggregate)", ours.streams8, theirs.map(|t| t.streams8)),
+            ("decode, 32 streams (aggregate)", ours.streams32, theirs.map(|t| t.streams32)),
+        ];
+        for (name, us, them) in rows {
+            let (them, ratio) = match them {
+                Some(t) if t > 0.0 && us > 0.0 => (format!("{t:.1}"), format!("{:.2}x", us / t)),
+                _ => ("-".into(), "-".into()),
+            };
+            println!("| {dtype} | {name} | {them} | {us:.1} | {ratio} |");
+        }
     }
 }
