@@ -179,7 +179,9 @@ fn main() {
             (None, t) => panic!("{t} needs llama-quantize"),
         };
         let ours = sluice(&path);
-        let theirs = llama.as_ref().map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
+        let theirs = llama
+            .as_ref()
+            .map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
         table.push((dtype.to_string(), ours, theirs));
     }
     println!("\n| model | figure (tok/s) | llama.cpp | sluice | sluice / llama.cpp |");
@@ -188,8 +190,16 @@ fn main() {
         let rows = [
             ("prefill 512", ours.prefill, theirs.map(|t| t.prefill)),
             ("decode, 1 stream", ours.decode, theirs.map(|t| t.decode)),
-            ("decode, 8 streams (aggregate)", ours.streams8, theirs.map(|t| t.streams8)),
-            ("decode, 32 streams (aggregate)", ours.streams32, theirs.map(|t| t.streams32)),
+            (
+                "decode, 8 streams (aggregate)",
+                ours.streams8,
+                theirs.map(|t| t.streams8),
+            ),
+            (
+                "decode, 32 streams (aggregate)",
+                ours.streams32,
+                theirs.map(|t| t.streams32),
+            ),
         ];
         for (name, us, them) in rows {
             let (them, ratio) = match them {

@@ -18,16 +18,22 @@ pub struct Figures {
 /// The directory of llama.cpp's binaries: `LLAMA_CPP_BIN`, else where
 /// `scripts/build-llama-cpp` puts them.
 pub fn bin_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("LLAMA_CPP_BIN").map(PathBuf::from).or_else(|| {
-        std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".cache/sluice-peers/llama.cpp-noamx/bin"))
-    })?;
+    let dir = std::env::var_os("LLAMA_CPP_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/sluice-peers/llama.cpp-noamx/bin"))
+        })?;
     dir.join("llama-bench").exists().then_some(dir)
 }
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("llama.cpp runs");
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -51,7 +57,9 @@ pub fn measure(bin: &Path, model: &Path, threads: usize) -> Figures {
     let batched = run(Command::new(bin.join("llama-batched-bench"))
         .arg("-m")
         .arg(model)
-        .args(["-c", "8192", "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", "128"])
+        .args([
+            "-c", "8192", "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", "128",
+        ])
         .args(["-npl", "8,32", "-t", &t, "--output-format", "jsonl"]));
     for line in batched.lines().filter(|l| l.starts_with('{')) {
         let r: Value = serde_json::from_str(line).expect("jsonl");
@@ -68,7 +76,10 @@ pub fn measure(bin: &Path, model: &Path, threads: usize) -> Figures {
 /// `model` requantised to `dtype` (e.g. "Q4_0") next to it, made once with
 /// `llama-quantize --allow-requantize`.
 pub fn requantised(bin: &Path, model: &Path, dtype: &str) -> PathBuf {
-    let name = model.file_name().and_then(|n| n.to_str()).expect("file name");
+    let name = model
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("file name");
     let out = model.with_file_name(name.replace("Q4_1", dtype));
     if !out.exists() {
         run(Command::new(bin.join("llama-quantize"))

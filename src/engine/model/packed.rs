@@ -27,7 +27,7 @@ pub const GROUP: usize = 16;
 /// Bytes per chunk (16 rows x 4 quants).
 const CHUNK: usize = 64;
 /// Activation rows that share one unpacked weight block.
-pub(super) const ROWS: usize = 4;
+pub(super) const ROWS: usize = 8;
 
 /// A weight matrix in the grouped layout.
 pub struct PackedMatrix {
@@ -400,12 +400,12 @@ mod tests {
                 for r in 0..rows {
                     p.row(r, &mut row);
                     let (mut e, mut t, mut bd) = (0f64, 0f64, 0f64);
-                    for c in 0..cols {
+                    for (c, w) in row.iter().enumerate() {
                         let k = i * cols + c;
                         let da = acts.d[k / 32] as f64;
-                        e += row[c] as f64 * acts.q[k] as f64 * da;
-                        t += row[c] as f64 * x[k] as f64;
-                        bd += (row[c] as f64).abs() * da / 2.0;
+                        e += *w as f64 * acts.q[k] as f64 * da;
+                        t += *w as f64 * x[k] as f64;
+                        bd += (*w as f64).abs() * da / 2.0;
                     }
                     exact.push(e);
                     true_y.push(t);
