@@ -66,12 +66,34 @@ pub struct ServeConfig {
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Token required as `Authorization: Bearer <token>` on `/admin/*`; without one the
+    /// admin routes do not exist.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Directories `POST /admin/reload` may load from (repeatable; default: the model
+    /// file's directory). Paths are resolved, symlinks included, before the check.
+    #[arg(long = "model-dir", env = "SLUICE_MODEL_DIR", value_delimiter = ',')]
+    pub model_dirs: Vec<PathBuf>,
     /// Compute device. Only `cpu` is built by default (see the `cuda` feature).
     #[arg(long, env = "SLUICE_DEVICE", default_value = "cpu")]
     pub device: String,
 }
 
 impl ServeConfig {
+    /// Directories reloads may read: `--model-dir`, else the model file's directory.
+    pub fn reload_roots(&self) -> Vec<PathBuf> {
+        if !self.model_dirs.is_empty() {
+            return self.model_dirs.clone();
+        }
+        let model = self.model_path();
+        let dir = model.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        vec![if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        }]
+    }
+
     /// The model file to load.
     pub fn model_path(&self) -> PathBuf {
         self.model.clone().unwrap_or_else(default_model_path)

@@ -62,6 +62,56 @@ impl ApiError {
         }
     }
 
+    /// 401: missing or wrong credentials.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
+    /// 403 for a value the server will not act on.
+    pub fn forbidden(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            param: Some(param.into()),
+            code: Some("forbidden"),
+        }
+    }
+
+    /// 404 for a named thing that does not exist.
+    pub fn not_found(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            param: Some(param.into()),
+            code: Some("not_found"),
+        }
+    }
+
+    /// 409: the resource is busy with another operation.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            message: message.into(),
+            param: None,
+            code: Some("conflict"),
+        }
+    }
+
+    /// 422: well-formed, but not usable (an incompatible checkpoint).
+    pub fn incompatible(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: message.into(),
+            param: Some(param.into()),
+            code: Some("incompatible_checkpoint"),
+        }
+    }
+
     /// 500 for a bug.
     pub fn internal(message: impl Into<String>) -> Self {
         Self {

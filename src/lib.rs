@@ -1,5 +1,6 @@
 //! sluice: an OpenAI-compatible LLM inference server with a static-shape engine.
 
+pub mod checkpoint;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -35,12 +36,18 @@ pub fn start(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file, cfg.tokenizer.as_deref())?);
     let metrics = Arc::new(metrics::Metrics::new(cfg.slots, &cfg.model_name()));
     let engine = EngineHandle::start_with_metrics(model, tokenizer.clone(), cfg.engine(), metrics);
-    Ok(AppState::new(
-        engine,
-        tokenizer,
-        &cfg.model_name(),
-        cfg.limits(),
-    ))
+    let mut state = AppState::new(engine, tokenizer, &cfg.model_name(), cfg.limits());
+    if let Some(token) = cfg.admin_token.clone().filter(|t| !t.is_empty()) {
+        let current = checkpoint::describe(&path, &cfg.engine().weights_version)?;
+        let signature = checkpoint::Signature::of(&file)?;
+        state.admin = Some(Arc::new(http::admin::Admin::new(
+            token,
+            &cfg.reload_roots(),
+            current,
+            signature,
+        )));
+    }
+    Ok(state)
 }
 
 /// Serves the API on `listener` until `shutdown` completes.

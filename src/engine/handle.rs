@@ -1,13 +1,14 @@
 //! The engine's public face: start the worker thread, submit requests, watch its state.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::model::Model;
+use super::model::{Model, Weights};
+use super::reload::{ReloadMode, Swap, Swapped};
 use super::request::{Event, ValidRequest};
 use super::worker::Worker;
 use crate::metrics::Metrics;
@@ -90,6 +91,7 @@ pub(crate) enum Command {
         tx: mpsc::Sender<Event>,
         submitted: Instant,
     },
+    Swap(Swap),
 }
 
 /// Counters shared between the handle and the worker.
@@ -100,6 +102,10 @@ pub(crate) struct Shared {
     pub alive: AtomicBool,
     pub prefill_tokens: AtomicUsize,
     pub padding_tokens: AtomicUsize,
+    /// Label of the weights in use.
+    pub version: RwLock<Arc<str>>,
+    /// Address of the KV slab (unchanged for the engine's lifetime).
+    pub kv_base: AtomicUsize,
 }
 
 /// A cheap, cloneable way to reach the engine thread.
@@ -131,6 +137,7 @@ impl EngineHandle {
         let (tx, rx) = sync_channel(config.max_queued.max(1));
         let shared = Arc::new(Shared::default());
         shared.alive.store(true, Ordering::SeqCst);
+        *shared.version.write().expect("version lock") = config.weights_version.as_str().into();
         let handle = EngineHandle {
             tx,
             shared: shared.clone(),
@@ -151,6 +158,39 @@ impl EngineHandle {
     /// The engine's configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Label of the weights in use now (`system_fingerprint`).
+    pub fn weights_version(&self) -> Arc<str> {
+        self.shared.version.read().expect("version lock").clone()
+    }
+
+    /// Address of the KV slab: the same for the engine's lifetime (reloads included).
+    pub fn kv_base(&self) -> usize {
+        self.shared.kv_base.load(Ordering::SeqCst)
+    }
+
+    /// Hands new weights (already checked against the running model) to the engine, to be
+    /// swapped in at a step boundary according to `mode`. The reply comes once swapped.
+    pub fn reload(
+        &self,
+        weights: Weights,
+        version: String,
+        mode: ReloadMode,
+    ) -> Result<oneshot::Receiver<Swapped>, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let swap = Swap {
+            weights,
+            version,
+            mode,
+            reply,
+            requested: Instant::now(),
+        };
+        match self.tx.try_send(Command::Swap(swap)) {
+            Ok(()) => Ok(rx),
+            Err(TrySendError::Full(_)) => Err(SubmitError::QueueFull(self.config.max_queued)),
+            Err(TrySendError::Disconnected(_)) => Err(SubmitError::EngineDown),
+        }
     }
 
     /// The metrics the engine reports to.

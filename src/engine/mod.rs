@@ -5,6 +5,7 @@ pub mod batch;
 mod handle;
 pub mod kv;
 pub mod model;
+mod reload;
 pub mod request;
 pub mod sampling;
 mod sequence;
@@ -13,4 +14,5 @@ mod stops;
 mod worker;
 
 pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
+pub use reload::{ReloadMode, Swapped};
 pub use request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::Sender;
 use super::handle::{Command, EngineConfig, Shared};
 use super::kv::KvSlab;
 use super::model::{Model, TokenRow};
+use super::reload::{ReloadMode, Swap, Swapped};
 use super::request::{Event, ValidRequest};
 use super::sampling::{SamplingParams, sample};
 use super::sequence::{Progress, Sequence};
@@ -39,6 +40,10 @@ pub(crate) struct Worker {
     running: Vec<Sequence>,
     seed_counter: u64,
     metrics: Arc<Metrics>,
+    /// A weight swap waiting for its step boundary.
+    pending: Option<Swap>,
+    /// Label of the weights in use.
+    version: Arc<str>,
 }
 
 impl Worker {
@@ -61,7 +66,11 @@ impl Worker {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
+        shared.kv_base.store(kv.base_ptr(), Ordering::SeqCst);
+        metrics.weights_version.set(1);
         Self {
+            pending: None,
+            version: config.weights_version.as_str().into(),
             pool: SlotPool::new(config.slots),
             model,
             tok,
@@ -78,7 +87,7 @@ impl Worker {
     /// Runs until every handle is dropped.
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
         loop {
-            if self.queue.is_empty() && self.running.is_empty() {
+            if self.queue.is_empty() && self.running.is_empty() && self.pending.is_none() {
                 match rx.recv() {
                     Ok(cmd) => self.handle(cmd),
                     Err(_) => return,
@@ -97,7 +106,10 @@ impl Worker {
                 }
             }
             self.drop_cancelled();
-            self.admit();
+            self.apply_swap();
+            if self.pending.is_none() {
+                self.admit();
+            }
             self.decode_step();
             self.publish();
         }
@@ -116,7 +128,48 @@ impl Worker {
                 }
                 self.queue.push_back(Queued { req, tx, submitted });
             }
+            // One swap at a time (the admin API serialises them); a second one is
+            // refused by dropping its reply.
+            Command::Swap(swap) if self.pending.is_none() => self.pending = Some(swap),
+            Command::Swap(_) => {}
         }
+    }
+
+    /// Swaps the weights if a swap is pending and its mode allows it now.
+    fn apply_swap(&mut self) {
+        let Some(swap) = self.pending.take() else {
+            return;
+        };
+        if swap.mode == ReloadMode::Wait && !self.running.is_empty() {
+            self.pending = Some(swap);
+            return;
+        }
+        let t = Instant::now();
+        let mut aborted = 0;
+        if swap.mode == ReloadMode::Abort {
+            for s in self.running.drain(..) {
+                let _ = s.tx.try_send(Event::Error(
+                    "generation aborted: the server's weights were reloaded".into(),
+                ));
+                self.metrics
+                    .requests
+                    .with_label_values(&[s.req.route, "aborted"])
+                    .inc();
+                aborted += 1;
+            }
+        }
+        let old = self.model.swap_weights(swap.weights);
+        self.version = swap.version.as_str().into();
+        *self.shared.version.write().expect("version lock") = self.version.clone();
+        self.metrics.weights_version.inc();
+        let report = Swapped {
+            old,
+            pause: t.elapsed(),
+            waited: swap.requested.elapsed(),
+            aborted,
+        };
+        // If the requester has gone, the old weights are dropped here.
+        let _ = swap.reply.send(report);
     }
 
     /// Cancellation by drop: queued requests whose client left never reach prefill, and
@@ -268,12 +321,11 @@ impl Worker {
                 &s.req.params
             };
             let sampled = sample(row, params, &s.history, step, s.req.logprobs.unwrap_or(0));
-            let version = &self.config.weights_version;
             let progress = s.accept(
                 sampled,
                 &self.tok,
                 self.config.context,
-                version,
+                &self.version,
                 &self.metrics,
             );
             if progress == Progress::Running {

@@ -1,5 +1,6 @@
 //! The HTTP layer: routes, shared state and the server entry point.
 
+pub mod admin;
 pub mod health;
 pub mod json;
 pub mod openai;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub started: u64,
     /// Set when the server stops taking requests (`/ready` turns 503).
     pub draining: Arc<AtomicBool>,
+    /// The admin API, when an admin token is configured.
+    pub admin: Option<Arc<admin::Admin>>,
 }
 
 impl AppState {
@@ -55,6 +58,7 @@ impl AppState {
             limits: Arc::new(limits),
             started: unix_now(),
             draining: Arc::new(AtomicBool::new(false)),
+            admin: None,
         }
     }
 }
@@ -83,7 +87,12 @@ async fn not_found(uri: Uri) -> ApiError {
 
 /// All routes. `body_limit` caps request bodies (413 beyond it).
 pub fn router(state: AppState, body_limit: usize) -> Router {
+    let admin = match state.admin {
+        Some(_) => admin::routes(state.clone()),
+        None => Router::new(),
+    };
     Router::new()
+        .merge(admin)
         .route("/v1/completions", post(openai::completions::handle))
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/models", get(openai::models::list))

@@ -4,7 +4,7 @@
 use utoipa::OpenApi;
 
 use super::openai::types::*;
-use super::{health, openai};
+use super::{admin, health, openai};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -24,6 +24,8 @@ use super::{health, openai};
         health::health,
         health::ready,
         health::metrics,
+        admin::reload,
+        admin::weights,
     ),
     components(schemas(
         CompletionRequest, ChatRequest, CommonParams, PromptInput, StopInput, StreamOptions,
@@ -31,15 +33,32 @@ use super::{health, openai};
         CompletionLogprobs, ChatResponse, ChatChoice, ChatMessageOut, ChatLogprobs,
         ChatTokenLogprob, TopLogprob, ChatChunk, ChatChunkChoice, ChatDelta, Usage, ModelList,
         ModelCard, TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse,
-        ErrorResponse, ErrorDetail, Status,
+        ErrorResponse, ErrorDetail, Status, admin::ReloadRequest, admin::ReloadResponse,
+        admin::WeightsInfo, crate::checkpoint::Checkpoint, crate::engine::ReloadMode,
     )),
+    modifiers(&AdminToken),
     tags(
         (name = "openai", description = "OpenAI-compatible endpoints"),
         (name = "tokens", description = "Tokenizer endpoints (vLLM's shapes)"),
         (name = "operations", description = "Health, readiness and metrics"),
+        (name = "admin", description = "Weight reload (only with --admin-token)"),
     )
 )]
 pub struct ApiDoc;
+
+/// The bearer scheme of the admin routes.
+struct AdminToken;
+
+impl utoipa::Modify for AdminToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
 
 /// The spec as pretty JSON (what `sluice openapi` prints and `openapi/openapi.json` holds).
 pub fn json() -> String {

@@ -132,7 +132,7 @@ pub async fn handle(
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let id = request_id("chatcmpl");
     let created = crate::http::unix_now();
-    let version = s.engine.config().weights_version.clone();
+    let version = s.engine.weights_version().to_string();
     if v.stream {
         let maker = Chunks {
             tok: s.tokenizer.clone(),

@@ -126,7 +126,7 @@ pub async fn handle(
         object: "text_completion",
         created: crate::http::unix_now(),
         model: s.model_name.to_string(),
-        system_fingerprint: s.engine.config().weights_version.clone(),
+        system_fingerprint: s.engine.weights_version().to_string(),
         choices: Vec::new(),
         usage: None,
     };

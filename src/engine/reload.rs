@@ -1,0 +1,45 @@
+//! Weight swaps at a step boundary (E20, E21): the engine keeps its KV slab, slots, queue
+//! and thread; only the `Weights` value changes.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::model::Weights;
+
+/// What happens to sequences in flight when new weights arrive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReloadMode {
+    /// Stop admitting prefills, let running sequences finish on the old weights, swap,
+    /// resume. No response mixes weights.
+    #[default]
+    Wait,
+    /// Swap at the next step; running sequences continue on the new weights.
+    Keep,
+    /// End running sequences with an error, then swap.
+    Abort,
+}
+
+/// A swap request for the engine thread.
+pub(crate) struct Swap {
+    pub weights: Weights,
+    pub version: String,
+    pub mode: ReloadMode,
+    pub reply: oneshot::Sender<Swapped>,
+    pub requested: Instant,
+}
+
+/// The engine's report of a swap.
+pub struct Swapped {
+    /// The weights that were replaced, to be dropped off the engine thread.
+    pub old: Weights,
+    /// Time the engine spent between two steps doing the swap.
+    pub pause: Duration,
+    /// Time from the request reaching the engine to the swap (waiting for in-flight
+    /// sequences in `wait` mode).
+    pub waited: Duration,
+    /// Sequences ended by `abort`.
+    pub aborted: usize,
+}
