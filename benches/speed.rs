@@ -99,6 +99,7 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
                 }
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
+                Event::TimedOut(s) => panic!("timed out after {s} s"),
             }
         }
         (first.expect("a token"), Instant::now(), count)

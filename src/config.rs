@@ -54,6 +54,31 @@ pub struct ServeConfig {
     /// Requests that may wait for a slot; more get 429 at once.
     #[arg(long, env = "SLUICE_MAX_QUEUED_REQUESTS", default_value_t = 256)]
     pub max_queued_requests: usize,
+    /// Prompt tokens that may wait in the queue (0: no budget); more get 429 at once.
+    #[arg(long, env = "SLUICE_MAX_QUEUED_TOKENS", default_value_t = 262_144)]
+    pub max_queued_tokens: usize,
+    /// Longest prompt in tokens (0: the context).
+    #[arg(long, env = "SLUICE_MAX_PROMPT_TOKENS", default_value_t = 0)]
+    pub max_prompt_tokens: usize,
+    /// Largest `max_tokens` a request may ask for (0: the context).
+    #[arg(long, env = "SLUICE_MAX_NEW_TOKENS", default_value_t = 0)]
+    pub max_new_tokens: usize,
+    /// Most stop strings per request.
+    #[arg(long, env = "SLUICE_MAX_STOP", default_value_t = 4)]
+    pub max_stop: usize,
+    /// Most `logit_bias` entries per request.
+    #[arg(long, env = "SLUICE_MAX_LOGIT_BIAS", default_value_t = 300)]
+    pub max_logit_bias: usize,
+    /// Most alternatives per token (`logprobs` / `top_logprobs`).
+    #[arg(long, env = "SLUICE_MAX_TOP_LOGPROBS", default_value_t = 20)]
+    pub max_top_logprobs: usize,
+    /// Most prompts in one completions request.
+    #[arg(long, env = "SLUICE_MAX_PROMPTS", default_value_t = 32)]
+    pub max_prompts: usize,
+    /// Seconds a whole request may take, queue included (0: no limit); past it the request
+    /// ends with a 504 error (an error chunk when streaming).
+    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT", default_value_t = 600.0)]
+    pub request_timeout: f64,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     pub max_body_bytes: usize,
@@ -66,6 +91,26 @@ pub struct ServeConfig {
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// API key clients must send as `Authorization: Bearer <key>` on `/v1/*`, `/tokenize`
+    /// and `/detokenize` (repeatable; comma-separated in the env). None: open.
+    #[arg(
+        long = "api-key",
+        env = "SLUICE_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and `#` comments ignored).
+    #[arg(long, env = "SLUICE_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Origins allowed to call the API from a browser (repeatable; `*` for any). None: no
+    /// CORS headers are sent.
+    #[arg(
+        long = "cors-origin",
+        env = "SLUICE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
     /// Token required as `Authorization: Bearer <token>` on `/admin/*`; without one the
     /// admin routes do not exist.
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
@@ -122,6 +167,10 @@ impl ServeConfig {
         );
         anyhow::ensure!(self.max_n >= 1, "--max-n must be at least 1");
         anyhow::ensure!(
+            self.request_timeout.is_finite() && self.request_timeout >= 0.0,
+            "--request-timeout must be a number of seconds (0: none)"
+        );
+        anyhow::ensure!(
             self.device == "cpu",
             "--device {}: this build runs on the CPU only (build with --features cuda for CUDA)",
             self.device
@@ -137,14 +186,44 @@ impl ServeConfig {
             min_bucket: self.min_bucket,
             max_prefill_tokens: self.max_prefill_tokens,
             max_queued: self.max_queued_requests,
+            max_queued_tokens: self.max_queued_tokens,
+            max_prompt_tokens: self.max_prompt_tokens,
+            max_new_tokens: self.max_new_tokens,
+            request_timeout: (self.request_timeout > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.request_timeout)),
             weights_version: "v1".into(),
         }
+    }
+
+    /// Every configured API key: `--api-key` and the lines of `--api-key-file`.
+    pub fn all_api_keys(&self) -> anyhow::Result<Vec<String>> {
+        let mut keys: Vec<String> = self
+            .api_keys
+            .iter()
+            .filter(|k| !k.is_empty())
+            .cloned()
+            .collect();
+        if let Some(f) = &self.api_key_file {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", f.display()))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from),
+            );
+        }
+        Ok(keys)
     }
 
     /// The validation limits.
     pub fn limits(&self) -> Limits {
         Limits {
             max_n: self.max_n,
+            max_stop: self.max_stop,
+            max_logit_bias: self.max_logit_bias,
+            max_top_logprobs: self.max_top_logprobs,
+            max_prompts: self.max_prompts,
             ..Limits::for_context(self.context)
         }
     }

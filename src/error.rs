@@ -112,6 +112,16 @@ impl ApiError {
         }
     }
 
+    /// 504: the request ran past `--request-timeout`.
+    pub fn timeout(seconds: f64) -> Self {
+        Self {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            message: format!("the request did not finish within the server's {seconds} s timeout"),
+            param: None,
+            code: Some("timeout"),
+        }
+    }
+
     /// 500 for a bug.
     pub fn internal(message: impl Into<String>) -> Self {
         Self {
@@ -140,6 +150,7 @@ impl ApiError {
             409 => "conflict_error",
             429 => "rate_limit_error",
             503 => "service_unavailable_error",
+            504 => "timeout_error",
             _ => "server_error",
         }
     }
@@ -183,6 +194,18 @@ impl From<SubmitError> for ApiError {
                 message,
                 param: None,
                 code: Some("queue_full"),
+            },
+            SubmitError::QueuedTokens(_) => Self {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                message,
+                param: None,
+                code: Some("queue_full"),
+            },
+            SubmitError::Limit { param, .. } => Self {
+                status: StatusCode::BAD_REQUEST,
+                message,
+                param: Some(param.into()),
+                code: Some("limit_exceeded"),
             },
             SubmitError::TooLong { .. } => Self {
                 status: StatusCode::BAD_REQUEST,

@@ -37,6 +37,8 @@ pub fn start(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     let metrics = Arc::new(metrics::Metrics::new(cfg.slots, &cfg.model_name()));
     let engine = EngineHandle::start_with_metrics(model, tokenizer.clone(), cfg.engine(), metrics);
     let mut state = AppState::new(engine, tokenizer, &cfg.model_name(), cfg.limits());
+    state.api_keys = Arc::new(cfg.all_api_keys()?);
+    state.cors_origins = Arc::new(cfg.cors_origins.clone());
     if let Some(token) = cfg.admin_token.clone().filter(|t| !t.is_empty()) {
         let current = checkpoint::describe(&path, &cfg.engine().weights_version)?;
         let signature = checkpoint::Signature::of(&file)?;

@@ -50,6 +50,7 @@ async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
                 };
             }
             Event::Error(e) => panic!("engine error: {e}"),
+            Event::TimedOut(s) => panic!("timed out after {s} s"),
         }
     }
     panic!("stream ended without Done");

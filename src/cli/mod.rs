@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API.
-    Serve(sluice::config::ServeConfig),
+    Serve(Box<sluice::config::ServeConfig>),
     /// Print a continuation of a prompt or a chat message.
     Generate(generate::Args),
     /// Print the OpenAPI description of the HTTP API (JSON).
@@ -26,7 +26,7 @@ enum Command {
 /// Parses the command line and runs the subcommand.
 pub fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve(c) => serve::run(c),
+        Command::Serve(c) => serve::run(*c),
         Command::Generate(a) => generate::run(a),
         Command::Openapi => {
             println!("{}", sluice::http::openapi::json());

@@ -27,6 +27,14 @@ pub struct EngineConfig {
     pub max_prefill_tokens: usize,
     /// Requests allowed to wait for a slot; beyond it submissions are refused.
     pub max_queued: usize,
+    /// Prompt tokens allowed to wait in the queue (0: no budget).
+    pub max_queued_tokens: usize,
+    /// Longest prompt in tokens (0: the context).
+    pub max_prompt_tokens: usize,
+    /// Largest `max_tokens` (0: the context).
+    pub max_new_tokens: usize,
+    /// Whole-request deadline, queue time included (`None`: no deadline).
+    pub request_timeout: Option<std::time::Duration>,
     /// Label of the loaded weights (reported as `system_fingerprint`).
     pub weights_version: String,
 }
@@ -39,6 +47,10 @@ impl Default for EngineConfig {
             min_bucket: 16,
             max_prefill_tokens: 4096,
             max_queued: 256,
+            max_queued_tokens: 0,
+            max_prompt_tokens: 0,
+            max_new_tokens: 0,
+            request_timeout: None,
             weights_version: "v1".into(),
         }
     }
@@ -50,6 +62,21 @@ pub enum SubmitError {
     /// The queue is full: retry later.
     #[error("the server is at capacity ({0} requests waiting); retry later")]
     QueueFull(usize),
+    /// The queue holds its budget of prompt tokens: retry later.
+    #[error("the server is at capacity ({0} prompt tokens waiting); retry later")]
+    QueuedTokens(usize),
+    /// A configured limit is exceeded.
+    #[error("{what} is {got}, above this server's limit of {limit}")]
+    Limit {
+        /// The request field at fault.
+        param: &'static str,
+        /// What is limited, in words.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The request's value.
+        got: usize,
+    },
     /// prompt + max_tokens does not fit the context.
     #[error(
         "this request needs {prompt} prompt tokens + {max_tokens} max_tokens = {} tokens, \
@@ -77,6 +104,8 @@ impl SubmitError {
     pub fn reason(&self) -> &'static str {
         match self {
             SubmitError::QueueFull(_) => "queue_full",
+            SubmitError::QueuedTokens(_) => "queued_tokens",
+            SubmitError::Limit { .. } => "limit",
             SubmitError::TooLong { .. } => "context_length",
             SubmitError::EmptyPrompt => "empty_prompt",
             SubmitError::EngineDown => "engine_down",
@@ -102,6 +131,8 @@ pub(crate) struct Shared {
     pub alive: AtomicBool,
     pub prefill_tokens: AtomicUsize,
     pub padding_tokens: AtomicUsize,
+    /// Prompt tokens of the waiting requests.
+    pub queued_tokens: AtomicUsize,
     /// Label of the weights in use.
     pub version: RwLock<Arc<str>>,
     /// Address of the KV slab (unchanged for the engine's lifetime).
@@ -212,6 +243,25 @@ impl EngineHandle {
             return Err(SubmitError::EmptyPrompt);
         }
         let context = self.config.context;
+        let cap = |v: usize| if v == 0 { context } else { v };
+        let max_prompt = cap(self.config.max_prompt_tokens);
+        if req.prompt.len() > max_prompt {
+            return Err(SubmitError::Limit {
+                param: "prompt",
+                what: "the prompt's length in tokens",
+                limit: max_prompt,
+                got: req.prompt.len(),
+            });
+        }
+        let max_new = cap(self.config.max_new_tokens);
+        if req.max_tokens > max_new {
+            return Err(SubmitError::Limit {
+                param: "max_tokens",
+                what: "max_tokens",
+                limit: max_new,
+                got: req.max_tokens,
+            });
+        }
         if req.prompt.len() + req.max_tokens > context {
             return Err(SubmitError::TooLong {
                 prompt: req.prompt.len(),
@@ -233,6 +283,23 @@ impl EngineHandle {
         {
             return Err(SubmitError::QueueFull(max));
         }
+        let budget = self.config.max_queued_tokens;
+        let len = req.prompt.len();
+        if budget > 0
+            && self
+                .shared
+                .queued_tokens
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| {
+                    (q + len <= budget).then_some(q + len)
+                })
+                .is_err()
+        {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueuedTokens(budget));
+        }
+        if budget == 0 {
+            self.shared.queued_tokens.fetch_add(len, Ordering::SeqCst);
+        }
         // Room for every token, the final event and an error: sends never block the engine.
         let (tx, rx) = mpsc::channel(req.max_tokens + 2);
         let cmd = Command::Submit {
@@ -244,6 +311,7 @@ impl EngineHandle {
             Ok(()) => Ok(rx),
             Err(e) => {
                 self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+                self.shared.queued_tokens.fetch_sub(len, Ordering::SeqCst);
                 Err(match e {
                     TrySendError::Full(_) => SubmitError::QueueFull(max),
                     TrySendError::Disconnected(_) => SubmitError::EngineDown,

@@ -106,4 +106,6 @@ pub enum Event {
     Done(Finish),
     /// The sequence failed; nothing follows.
     Error(String),
+    /// The request ran past the server's timeout (seconds); nothing follows.
+    TimedOut(f64),
 }

@@ -22,7 +22,7 @@ pub struct Sequence {
     /// Prompt and generated ids for the penalties.
     pub history: History,
     /// When the request arrived.
-    submitted: Instant,
+    pub submitted: Instant,
     /// When it got its slot.
     admitted: Instant,
     /// When its first and last tokens were produced.

@@ -176,24 +176,39 @@ impl Worker {
     /// running ones give their slot back now.
     fn drop_cancelled(&mut self) {
         let m = &self.metrics;
-        let cancelled =
-            |route: &'static str| m.requests.with_label_values(&[route, "cancelled"]).inc();
-        let before = self.queue.len();
+        let count =
+            |route: &'static str, why: &str| m.requests.with_label_values(&[route, why]).inc();
+        let timeout = self.config.request_timeout;
+        let late = |since: Instant| timeout.is_some_and(|t| since.elapsed() > t);
+        let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
+        let (before, mut tokens) = (self.queue.len(), 0);
         self.queue.retain(|q| {
             let gone = q.tx.is_closed();
-            if gone {
-                cancelled(q.req.route);
+            let expired = !gone && late(q.submitted);
+            if expired {
+                let _ = q.tx.try_send(Event::TimedOut(secs));
             }
-            !gone
+            if gone || expired {
+                count(q.req.route, if gone { "cancelled" } else { "timeout" });
+                tokens += q.req.prompt.len();
+            }
+            !(gone || expired)
         });
         let gone = before - self.queue.len();
         self.shared.waiting.fetch_sub(gone, Ordering::SeqCst);
+        self.shared
+            .queued_tokens
+            .fetch_sub(tokens, Ordering::SeqCst);
         self.running.retain(|s| {
             let gone = s.cancelled();
-            if gone {
-                cancelled(s.req.route);
+            let expired = !gone && late(s.submitted);
+            if expired {
+                let _ = s.tx.try_send(Event::TimedOut(secs));
             }
-            !gone
+            if gone || expired {
+                count(s.req.route, if gone { "cancelled" } else { "timeout" });
+            }
+            !(gone || expired)
         });
     }
 
@@ -230,6 +245,10 @@ impl Worker {
             self.shared
                 .waiting
                 .fetch_sub(picked.len(), Ordering::SeqCst);
+            let queued: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
+            self.shared
+                .queued_tokens
+                .fetch_sub(queued, Ordering::SeqCst);
             let real: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
             let padding = p.padding(&waiting);
             self.shared.prefill_tokens.fetch_add(real, Ordering::SeqCst);

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -15,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::AppState;
+use super::auth::{bearer, same};
 use super::json::Json;
 use crate::checkpoint::{self, Checkpoint, CheckpointError, ResolveError, Signature};
 use crate::engine::ReloadMode;
@@ -107,23 +107,12 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route_layer(axum::middleware::from_fn_with_state(state, auth))
 }
 
-/// Compares in time independent of where the inputs differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
     let admin = s
         .admin
         .as_ref()
         .ok_or_else(|| ApiError::route_not_found(req.uri().path()))?;
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !same(given.as_bytes(), admin.token.as_bytes()) {
+    if !same(bearer(&req).as_bytes(), admin.token.as_bytes()) {
         return Err(ApiError::unauthorized("missing or wrong admin token"));
     }
     Ok(next.run(req).await)
@@ -243,17 +232,4 @@ async fn run_reload(
         waited_ms: waited.as_secs_f64() * 1e3,
         aborted,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same;
-
-    #[test]
-    fn token_comparison() {
-        assert!(same(b"secret", b"secret"));
-        assert!(!same(b"secret", b"secreT"));
-        assert!(!same(b"secret", b"secret2"));
-        assert!(!same(b"", b"x"));
-    }
 }

@@ -1,6 +1,7 @@
 //! The HTTP layer: routes, shared state and the server entry point.
 
 pub mod admin;
+pub mod auth;
 pub mod health;
 pub mod json;
 pub mod openai;
@@ -15,6 +16,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Uri;
 use axum::routing::{get, post};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use utoipa::OpenApi;
 use utoipa_scalar::{Scalar, Servable};
@@ -41,6 +44,10 @@ pub struct AppState {
     pub draining: Arc<AtomicBool>,
     /// The admin API, when an admin token is configured.
     pub admin: Option<Arc<admin::Admin>>,
+    /// API keys accepted on `/v1/*` and the tokenizer routes (empty: open).
+    pub api_keys: Arc<Vec<String>>,
+    /// Origins allowed by CORS (empty: no CORS headers; `*`: any).
+    pub cors_origins: Arc<Vec<String>>,
 }
 
 impl AppState {
@@ -59,6 +66,8 @@ impl AppState {
             started: unix_now(),
             draining: Arc::new(AtomicBool::new(false)),
             admin: None,
+            api_keys: Arc::new(Vec::new()),
+            cors_origins: Arc::new(Vec::new()),
         }
     }
 }
@@ -91,14 +100,22 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         Some(_) => admin::routes(state.clone()),
         None => Router::new(),
     };
-    Router::new()
-        .merge(admin)
+    // The API proper: API keys required when configured.
+    let api = Router::new()
         .route("/v1/completions", post(openai::completions::handle))
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{id}", get(openai::models::get_one))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::api_key,
+        ));
+    let cors = cors(&state.cors_origins);
+    Router::new()
+        .merge(admin)
+        .merge(api)
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(health::metrics))
@@ -112,7 +129,43 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             health::track,
         ))
         .fallback(not_found)
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(axum::middleware::from_fn(request_id::middleware))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(cors)
         .with_state(state)
+}
+
+/// A handler panic becomes a logged 500 in OpenAI's error shape; the server goes on.
+fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let what = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    tracing::error!(panic = what, "handler panicked");
+    ApiError::internal("internal error while handling the request").into_response()
+}
+
+/// CORS for the configured origins (none: the layer adds nothing).
+fn cors(origins: &[String]) -> CorsLayer {
+    use axum::http::{HeaderName, Method, header};
+    if origins.is_empty() {
+        return CorsLayer::new();
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("x-request-id"),
+        ])
+        .expose_headers([HeaderName::from_static("x-request-id")])
 }

@@ -59,6 +59,7 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
                 });
             }
             Event::Error(m) => return Err(ApiError::internal(m)),
+            Event::TimedOut(secs) => return Err(ApiError::timeout(secs)),
         }
     }
     Err(ApiError::unavailable(
@@ -174,6 +175,13 @@ pub fn sse<M: ChunkMaker>(
                             .send(
                                 SseEvent::default().data(ApiError::internal(m).body().to_string()),
                             )
+                            .await;
+                        return;
+                    }
+                    Some((_, Event::TimedOut(secs))) => {
+                        let e = ApiError::timeout(secs);
+                        let _ = tx
+                            .send(SseEvent::default().data(e.body().to_string()))
                             .await;
                         return;
                     }

@@ -424,6 +424,9 @@ pub enum GenerationErrors {
     /// An invalid field (named in `param`) or malformed JSON.
     #[response(status = 400)]
     BadRequest(ErrorResponse),
+    /// Missing or wrong API key (when the server has `--api-key`).
+    #[response(status = 401)]
+    Unauthorized(ErrorResponse),
     /// Unknown model.
     #[response(status = 404)]
     NotFound(ErrorResponse),
@@ -436,4 +439,7 @@ pub enum GenerationErrors {
     /// Model loading, engine not running, or the server draining.
     #[response(status = 503)]
     Unavailable(ErrorResponse),
+    /// The request ran past `--request-timeout`.
+    #[response(status = 504)]
+    Timeout(ErrorResponse),
 }
