@@ -17,6 +17,7 @@ test: model
 	$(CARGO) test --release
 	$(CARGO) build --release --bin sluice
 	scripts/test-python
+	scripts/test-schemathesis
 	scripts/test-deploy
 
 lint:
