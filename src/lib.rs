@@ -4,6 +4,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod failpoint;
 pub mod http;
 pub mod metrics;
 pub mod scheduler;

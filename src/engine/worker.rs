@@ -270,6 +270,14 @@ impl Worker {
     }
 
     fn prefill(&mut self, batch: Vec<Queued>) {
+        if crate::failpoint::enabled("engine-panic") {
+            for q in &batch {
+                crate::failpoint::check(
+                    "engine-panic",
+                    &self.tok.decode(&q.req.prompt).unwrap_or_default(),
+                );
+            }
+        }
         let mut seqs = Vec::with_capacity(batch.len());
         for q in batch {
             let lease = self

@@ -33,6 +33,7 @@ pub async fn tokenize(
             ));
         }
     };
+    crate::failpoint::check("handler-panic", &text);
     let tokens = s.tokenizer.encode(&text)?;
     Ok(axum::Json(TokenizeResponse {
         count: tokens.len(),
