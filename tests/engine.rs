@@ -247,3 +247,46 @@ async fn a_short_request_is_not_held_by_long_batch_mates() {
         assert_eq!(l.ids.len() + n, 200);
     }
 }
+
+#[tokio::test]
+async fn the_queued_token_budget_refuses_at_once_and_frees_on_admission() {
+    let file = GgufFile::open(&common::model_path()).expect("run scripts/fetch-model first");
+    let model = Model::from_file(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
+    let cfg = EngineConfig {
+        slots: 1,
+        context: 512,
+        max_queued: 100,
+        max_queued_tokens: 100,
+        ..Default::default()
+    };
+    let eng = EngineHandle::start(model, tok.clone(), cfg);
+    let mut long = ValidRequest::greedy(prompt_of(&tok, 10, 0), 300);
+    long.stop_ids.clear();
+    let running = eng.submit(long).unwrap();
+    let t = Instant::now();
+    while eng.running() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never admitted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The running request's prompt no longer counts: 60 + 60 > 100 does.
+    let first = eng
+        .submit(ValidRequest::greedy(prompt_of(&tok, 60, 1), 4))
+        .unwrap();
+    let refused = eng.submit(ValidRequest::greedy(prompt_of(&tok, 60, 2), 4));
+    assert_eq!(refused.unwrap_err(), SubmitError::QueuedTokens(100));
+    let fits = eng
+        .submit(ValidRequest::greedy(prompt_of(&tok, 40, 3), 4))
+        .unwrap();
+    drop((running, first, fits));
+    // Once the queue drains the budget is whole again.
+    let t = Instant::now();
+    while eng.waiting() > 0 || eng.running() > 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "queue never drained");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        eng.submit(ValidRequest::greedy(prompt_of(&tok, 90, 4), 4))
+            .is_ok()
+    );
+}
