@@ -14,7 +14,7 @@ serve: model
 
 test: model
 	scripts/test-deps
-	$(CARGO) test --release
+	$(CARGO) test --release --workspace
 	$(CARGO) build --release --bin sluice
 	scripts/test-python
 	scripts/test-schemathesis
@@ -22,7 +22,7 @@ test: model
 
 lint:
 	$(CARGO) fmt --check
-	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 bench: model
 	$(CARGO) bench --bench speed

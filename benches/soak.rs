@@ -181,18 +181,23 @@ fn main() {
     #[derive(Parser)]
     struct Wrap {
         #[command(flatten)]
-        cfg: sluice::config::ServeConfig,
+        args: sluice::config::ServeArgs,
     }
-    let mut cfg = Wrap::parse_from(["soak"]).cfg;
-    cfg.slots = 16;
-    cfg.context = 1024;
-    let state = sluice::start(&cfg).expect("run scripts/fetch-model first");
-    let model = cfg.model_name();
+    let mut args = Wrap::parse_from(["soak"]).args;
+    args.slots = 16;
+    args.context = 1024;
+    let config = args.config().expect("a valid configuration");
+    let model = config.model.name.clone();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(sluice::run(listener, state, cfg.max_body_bytes, std::future::pending()));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let on_ready = move |_: &sluice::http::AppState| {
+            let _ = ready_tx.send(());
+        };
+        tokio::spawn(sluice::run_with(listener, config, std::future::pending(), on_ready));
+        ready_rx.await.expect("run scripts/fetch-model first");
         // Warm-up, then the starting footprint.
         let warm = json!({"model": model, "prompt": "warm up", "max_tokens": 8});
         reqwest::Client::new().post(format!("{base}/v1/completions")).json(&warm).send().await.unwrap();

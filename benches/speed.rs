@@ -1,8 +1,8 @@
 //! Speed of the model runtime and the engine on the default model.
 //!
 //! `cargo bench --bench speed` (or `make bench`) prints:
-//! - prefill tokens/s of one 512-token prompt and single-sequence decode tokens/s
-//!   (the model runtime alone);
+//! - prefill tokens/s of one 512-token prompt and single-sequence decode tokens/s (one
+//!   request at a time through the engine, as llama-bench's pp512 and tg128);
 //! - for 1, 8 and 32 concurrent requests (128-token prompts, 128 new tokens) through the
 //!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
 //!   and the prefill padding ratio.
@@ -21,9 +21,7 @@ mod peer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::engine::kv::KvSlab;
-use sluice::engine::model::{GgufFile, Model, TokenRow};
-use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
+use sluice::engine::{EngineConfig, EngineHandle, Event, EventStream, ValidRequest};
 use sluice::tokenizer::Tokenizer;
 
 fn model_path() -> std::path::PathBuf {
@@ -43,38 +41,36 @@ fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
     ids
 }
 
-fn runtime(model: &Model, tok: &Tokenizer) -> (f64, f64) {
-    let c = &model.config;
-    let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 2, 1024);
-    let p = prompt(tok, 512, 0);
-    let rows: Vec<TokenRow> = p
-        .iter()
-        .enumerate()
-        .map(|(pos, &token)| TokenRow {
-            token,
-            slot: 0,
-            pos,
-        })
-        .collect();
-    model.forward(&mut kv, &rows[..16], &[15]); // warm-up
-    let t = Instant::now();
-    model.forward(&mut kv, &rows, &[511]);
-    let prefill = 512.0 / t.elapsed().as_secs_f64();
-    let steps = 128;
-    let t = Instant::now();
-    for i in 0..steps {
-        // Like llama-bench's tg128: 128 tokens from an empty context (slot 1).
-        let row = TokenRow {
-            token: p[i % 512],
-            slot: 1,
-            pos: i,
-        };
-        model.forward(&mut kv, &[row], &[0]);
+/// Seconds from submission to the end of a request, and from its first token to its end.
+fn timed(eng: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (f64, f64) {
+    let start = Instant::now();
+    let mut rx: EventStream = eng.submit(ValidRequest::greedy(prompt, max_tokens)).unwrap();
+    let mut first = None;
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Token(_)) => {
+                first.get_or_insert_with(Instant::now);
+            }
+            Some(Event::Done(_)) => break,
+            other => panic!("{other:?}"),
+        }
     }
-    let decode = steps as f64 / t.elapsed().as_secs_f64();
-    println!(
-        "model runtime: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
-    );
+    let first = first.expect("a token");
+    (
+        start.elapsed().as_secs_f64(),
+        first.elapsed().as_secs_f64(),
+    )
+}
+
+/// Prefill of one 512-token prompt and decode of one sequence, through the engine.
+fn runtime(eng: &EngineHandle, tok: &Tokenizer) -> (f64, f64) {
+    timed(eng, prompt(tok, 16, 1), 1); // warm-up
+    let (t, _) = timed(eng, prompt(tok, 512, 0), 1);
+    let prefill = 512.0 / t;
+    // Like llama-bench's tg128: 128 tokens from an (almost) empty context.
+    let (_, t) = timed(eng, prompt(tok, 1, 0), 129);
+    let decode = 128.0 / t;
+    println!("single request: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s");
     (prefill, decode)
 }
 
@@ -99,7 +95,6 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
                 }
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
-                Event::TimedOut(s) => panic!("timed out after {s} s"),
             }
         }
         (first.expect("a token"), Instant::now(), count)
@@ -127,16 +122,14 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
 
 /// sluice's four figures for one model, tokens/s.
 fn sluice(path: &std::path::Path) -> peer::Figures {
-    let file = GgufFile::open(path).expect("run scripts/fetch-model first");
-    let model = Model::from_file(&file).unwrap();
-    let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
+    let loaded = sluice::load_model(path, None).expect("run scripts/fetch-model first");
+    let (model, tok) = (loaded.model, Arc::new(loaded.tokenizer));
     println!(
         "{}: kernel level {:?}, threads {}",
         path.display(),
-        sluice::engine::model::kernels::Simd::current(),
+        sluice_kernels::Simd::current(),
         rayon::current_num_threads()
     );
-    let (prefill, decode) = runtime(&model, &tok);
     let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
         .unwrap_or_else(|_| "1,8,32".into())
         .split(',')
@@ -144,10 +137,11 @@ fn sluice(path: &std::path::Path) -> peer::Figures {
         .collect();
     let cfg = EngineConfig {
         slots: 32,
-        context: 512,
+        context: 1024,
         ..Default::default()
     };
     let eng = EngineHandle::start(model, tok.clone(), cfg);
+    let (prefill, decode) = runtime(&eng, &tok);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut f = peer::Figures {
         prefill,

@@ -1,16 +1,20 @@
-//! Configuration: one `ServeConfig` (flags and `SLUICE_*` environment variables), read
-//! once at start-up.
+//! Configuration: `ServeArgs` (flags and `SLUICE_*` environment variables) is checked once
+//! at start-up into a `Config` of sections (model, engine, limits, HTTP, admin, logging).
+//! Every numeric flag has a range; a value outside it, NaN or negative is a start-up error
+//! naming the flag, never a panic.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::engine::EngineConfig;
+use sluice_engine::EngineConfig;
+
 use crate::validation::Limits;
 
 /// File name of the default model fetched by `scripts/fetch-model`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// Where `scripts/fetch-model` puts the default model: `$SLUICE_MODEL_DIR` or
-/// `~/.cache/sluice/models`.
+/// Where `scripts/fetch-model` puts the default model: `$SLUICE_MODEL_DIR` (the model
+/// cache; nothing else reads that variable) or `~/.cache/sluice/models`.
 pub fn default_model_path() -> PathBuf {
     let dir = std::env::var_os("SLUICE_MODEL_DIR")
         .map(PathBuf::from)
@@ -21,9 +25,10 @@ pub fn default_model_path() -> PathBuf {
     dir.join(DEFAULT_MODEL_FILE)
 }
 
-/// Options of `sluice serve`.
+/// Options of `sluice serve`, as given (flags and `SLUICE_*` variables). [`ServeArgs::config`]
+/// checks every value once and makes the [`Config`] the server runs on.
 #[derive(clap::Args, Clone, Debug)]
-pub struct ServeConfig {
+pub struct ServeArgs {
     /// GGUF model file (default: the SmolLM2-135M-Instruct fetched by scripts/fetch-model).
     #[arg(long, env = "SLUICE_MODEL")]
     pub model: Option<PathBuf>,
@@ -117,28 +122,122 @@ pub struct ServeConfig {
     pub admin_token: Option<String>,
     /// Directories `POST /admin/reload` may load from (repeatable; default: the model
     /// file's directory). Paths are resolved, symlinks included, before the check.
-    #[arg(long = "model-dir", env = "SLUICE_MODEL_DIR", value_delimiter = ',')]
-    pub model_dirs: Vec<PathBuf>,
+    #[arg(
+        long = "reload-dir",
+        alias = "model-dir",
+        env = "SLUICE_RELOAD_DIRS",
+        value_delimiter = ','
+    )]
+    pub reload_dirs: Vec<PathBuf>,
     /// Compute device. Only `cpu` is built by default (see the `cuda` feature).
     #[arg(long, env = "SLUICE_DEVICE", default_value = "cpu")]
     pub device: String,
 }
 
-impl ServeConfig {
-    /// Directories reloads may read: `--model-dir`, else the model file's directory.
-    pub fn reload_roots(&self) -> Vec<PathBuf> {
-        if !self.model_dirs.is_empty() {
-            return self.model_dirs.clone();
-        }
-        let model = self.model_path();
-        let dir = model.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        vec![if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        }]
-    }
+/// A flag's value outside its range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A number outside its range (or NaN).
+    #[error("--{flag} {value}: must be {range}")]
+    Range {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// The range in words.
+        range: String,
+    },
+    /// Another problem with a flag's value.
+    #[error("--{flag}: {reason}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
 
+fn int(flag: &'static str, v: usize, lo: usize, hi: usize) -> Result<usize, ConfigError> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::Range {
+            flag,
+            value: v.to_string(),
+            range: format!("between {lo} and {hi}"),
+        })
+    }
+}
+
+fn seconds(flag: &'static str, v: f64, hi: f64) -> Result<Duration, ConfigError> {
+    if v.is_finite() && (0.0..=hi).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(ConfigError::Range {
+            flag,
+            value: v.to_string(),
+            range: format!("a number of seconds between 0 and {hi}"),
+        })
+    }
+}
+
+/// Which model to serve and under what name.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// A tokenizer.json replacing the GGUF vocabulary.
+    pub tokenizer: Option<PathBuf>,
+    /// The id clients use.
+    pub name: String,
+}
+
+/// The HTTP server.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Address to listen on (host:port).
+    pub address: String,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// API keys (empty: open).
+    pub api_keys: Vec<String>,
+    /// CORS origins (empty: no CORS headers).
+    pub cors_origins: Vec<String>,
+    /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
+    pub shutdown_grace: Duration,
+}
+
+/// The admin API (present only with a token).
+#[derive(Clone, Debug)]
+pub struct AdminConfig {
+    /// The bearer token.
+    pub token: String,
+    /// Directories reloads may read.
+    pub reload_dirs: Vec<PathBuf>,
+}
+
+/// Everything the server runs on, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The model.
+    pub model: ModelConfig,
+    /// The engine.
+    pub engine: EngineConfig,
+    /// Request limits (validation).
+    pub limits: Limits,
+    /// The HTTP server.
+    pub http: HttpConfig,
+    /// The admin API.
+    pub admin: Option<AdminConfig>,
+    /// Log format: `text` or `json`.
+    pub log_format: String,
+}
+
+/// Longest `--request-timeout` and `--shutdown-grace`: a year and a day.
+const MAX_TIMEOUT_S: f64 = 31_536_000.0;
+const MAX_GRACE_S: f64 = 86_400.0;
+
+impl ServeArgs {
     /// The model file to load.
     pub fn model_path(&self) -> PathBuf {
         self.model.clone().unwrap_or_else(default_model_path)
@@ -156,47 +255,87 @@ impl ServeConfig {
         })
     }
 
-    /// Checks values that clap cannot.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.slots >= 1, "--slots must be at least 1");
-        anyhow::ensure!(self.context >= 2, "--context must be at least 2");
-        anyhow::ensure!(self.min_bucket >= 1, "--min-bucket must be at least 1");
-        anyhow::ensure!(
-            self.max_prefill_tokens >= 1,
-            "--max-prefill-tokens must be at least 1"
-        );
-        anyhow::ensure!(self.max_n >= 1, "--max-n must be at least 1");
-        anyhow::ensure!(
-            self.request_timeout.is_finite() && self.request_timeout >= 0.0,
-            "--request-timeout must be a number of seconds (0: none)"
-        );
-        anyhow::ensure!(
-            self.device == "cpu",
-            "--device {}: this build runs on the CPU only (build with --features cuda for CUDA)",
-            self.device
-        );
-        Ok(())
+    /// Checks every value and builds the configuration.
+    pub fn config(&self) -> Result<Config, ConfigError> {
+        const BIG: usize = 1 << 30;
+        let context = int("context", self.context, 2, 1 << 20)?;
+        let slots = int("slots", self.slots, 1, 4096)?;
+        let cap = |v: usize| if v == 0 { context } else { v };
+        let limits = Limits {
+            context,
+            max_prompt_tokens: cap(int("max-prompt-tokens", self.max_prompt_tokens, 0, context)?),
+            max_new_tokens: cap(int("max-new-tokens", self.max_new_tokens, 0, context)?),
+            max_n: int("max-n", self.max_n, 1, 128)?,
+            max_stop: int("max-stop", self.max_stop, 0, 64)?,
+            max_logit_bias: int("max-logit-bias", self.max_logit_bias, 0, 1 << 20)?,
+            max_top_logprobs: int("max-top-logprobs", self.max_top_logprobs, 0, 1024)?,
+            max_prompts: int("max-prompts", self.max_prompts, 1, 4096)?,
+        };
+        let timeout = seconds("request-timeout", self.request_timeout, MAX_TIMEOUT_S)?;
+        let engine = EngineConfig {
+            slots,
+            context,
+            min_bucket: int("min-bucket", self.min_bucket, 1, context)?,
+            max_prefill_tokens: int("max-prefill-tokens", self.max_prefill_tokens, 1, BIG)?,
+            max_queued: int("max-queued-requests", self.max_queued_requests, 1, 1 << 20)?,
+            max_queued_tokens: int("max-queued-tokens", self.max_queued_tokens, 0, BIG)?,
+            request_timeout: (!timeout.is_zero()).then_some(timeout),
+            weights_version: "v1".into(),
+        };
+        if self.device != "cpu" {
+            return Err(ConfigError::Invalid {
+                flag: "device",
+                reason: format!(
+                    "`{}`: this build runs on the CPU only (build with --features cuda for CUDA)",
+                    self.device
+                ),
+            });
+        }
+        let http = HttpConfig {
+            address: format!("{}:{}", self.host, self.port),
+            max_body_bytes: int("max-body-bytes", self.max_body_bytes, 1024, BIG)?,
+            api_keys: self.all_api_keys()?,
+            cors_origins: self.cors_origins.clone(),
+            shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
+        };
+        let admin = self
+            .admin_token
+            .clone()
+            .filter(|t| !t.is_empty())
+            .map(|token| AdminConfig {
+                token,
+                reload_dirs: self.reload_roots(),
+            });
+        Ok(Config {
+            model: ModelConfig {
+                path: self.model_path(),
+                tokenizer: self.tokenizer.clone(),
+                name: self.model_name(),
+            },
+            engine,
+            limits,
+            http,
+            admin,
+            log_format: self.log_format.clone(),
+        })
     }
 
-    /// The engine's part.
-    pub fn engine(&self) -> EngineConfig {
-        EngineConfig {
-            slots: self.slots,
-            context: self.context,
-            min_bucket: self.min_bucket,
-            max_prefill_tokens: self.max_prefill_tokens,
-            max_queued: self.max_queued_requests,
-            max_queued_tokens: self.max_queued_tokens,
-            max_prompt_tokens: self.max_prompt_tokens,
-            max_new_tokens: self.max_new_tokens,
-            request_timeout: (self.request_timeout > 0.0)
-                .then(|| std::time::Duration::from_secs_f64(self.request_timeout)),
-            weights_version: "v1".into(),
+    /// Directories reloads may read: `--reload-dir`, else the model file's directory.
+    fn reload_roots(&self) -> Vec<PathBuf> {
+        if !self.reload_dirs.is_empty() {
+            return self.reload_dirs.clone();
         }
+        let model = self.model_path();
+        let dir = model.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        vec![if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        }]
     }
 
     /// Every configured API key: `--api-key` and the lines of `--api-key-file`.
-    pub fn all_api_keys(&self) -> anyhow::Result<Vec<String>> {
+    fn all_api_keys(&self) -> Result<Vec<String>, ConfigError> {
         let mut keys: Vec<String> = self
             .api_keys
             .iter()
@@ -204,8 +343,10 @@ impl ServeConfig {
             .cloned()
             .collect();
         if let Some(f) = &self.api_key_file {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", f.display()))?;
+            let text = std::fs::read_to_string(f).map_err(|e| ConfigError::Invalid {
+                flag: "api-key-file",
+                reason: format!("{}: {e}", f.display()),
+            })?;
             keys.extend(
                 text.lines()
                     .map(str::trim)
@@ -215,16 +356,57 @@ impl ServeConfig {
         }
         Ok(keys)
     }
+}
 
-    /// The validation limits.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_n: self.max_n,
-            max_stop: self.max_stop,
-            max_logit_bias: self.max_logit_bias,
-            max_top_logprobs: self.max_top_logprobs,
-            max_prompts: self.max_prompts,
-            ..Limits::for_context(self.context)
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn config(flags: &[&str]) -> Result<Config, String> {
+        let mut argv = vec!["sluice"];
+        argv.extend_from_slice(flags);
+        let w = Wrap::try_parse_from(argv).map_err(|e| e.to_string())?;
+        w.args.config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_flag() {
+        for (flags, needle) in [
+            (&["--shutdown-grace=-1"][..], "--shutdown-grace -1"),
+            (&["--shutdown-grace", "NaN"], "--shutdown-grace NaN"),
+            (&["--request-timeout", "1e300"], "--request-timeout"),
+            (&["--request-timeout", "inf"], "--request-timeout"),
+            (&["--slots", "0"], "--slots 0"),
+            (&["--context", "1"], "--context 1"),
+            (&["--max-new-tokens", "5000", "--context", "4096"], "--max-new-tokens 5000"),
+            (&["--min-bucket", "0"], "--min-bucket"),
+            (&["--max-n", "0"], "--max-n"),
+            (&["--max-body-bytes", "10"], "--max-body-bytes"),
+            (&["--device", "cuda"], "--device"),
+        ] {
+            let e = config(flags).expect_err(needle);
+            assert!(e.contains(needle), "{flags:?}: {e}");
         }
+        assert!(config(&["--slots=-3"]).is_err(), "clap refuses negative counts");
+    }
+
+    #[test]
+    fn zero_means_the_context_and_limits_land_in_their_sections() {
+        let c = config(&["--context", "512", "--max-new-tokens", "16"]).unwrap();
+        assert_eq!(c.limits.max_new_tokens, 16);
+        assert_eq!(c.limits.max_prompt_tokens, 512);
+        assert_eq!(c.engine.context, 512);
+        assert_eq!(c.engine.request_timeout, Some(Duration::from_secs(600)));
+        let c = config(&["--request-timeout", "0"]).unwrap();
+        assert_eq!(c.engine.request_timeout, None);
+        assert!(c.admin.is_none());
     }
 }

@@ -1,150 +1,172 @@
-//! `ApiError`: the one place where failures become HTTP statuses and OpenAI's error body
-//! `{"error": {"message", "type", "param", "code"}}`.
+//! `ApiError`: every layer's error enum joined into one, and the one table that maps each
+//! to an HTTP status, OpenAI's error `type` and `code`, written as
+//! `{"error": {"message", "type", "param", "code"}}` (docs/ARCHITECTURE.md, "Errors").
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use sluice_engine::{EngineError, SubmitError, TokenizerError};
 
-use crate::engine::SubmitError;
-use crate::engine::model::ModelError;
+use crate::http::admin::ReloadError;
+use crate::validation::ValidationError;
+
+/// Failures of the HTTP layer itself.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HttpError {
+    /// No such route.
+    #[error("No route for {0}")]
+    RouteNotFound(String),
+    /// Missing or wrong credentials.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The body is larger than `--max-body-bytes`.
+    #[error("the request body is larger than the server's limit")]
+    BodyTooLarge,
+    /// The body could not be read.
+    #[error("{0}")]
+    UnreadableBody(String),
+    /// The body is not the JSON the route takes; `param` names the field when known.
+    #[error("{message}")]
+    Json {
+        /// The field at fault.
+        param: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model is still loading.
+    #[error("the model is still loading; retry shortly")]
+    Loading,
+    /// Not ready, for the reason given.
+    #[error("not ready: {0}")]
+    NotReady(&'static str),
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    Draining,
+    /// A handler panicked (a bug; logged).
+    #[error("internal error while handling the request")]
+    Panicked,
+    /// A blocking task could not finish (a bug; logged).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
 
 /// An error returned to an API client.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Human-readable message.
-    pub message: String,
-    /// The request field at fault, when there is one.
-    pub param: Option<String>,
-    /// A short machine-readable code.
-    pub code: Option<&'static str>,
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request's fields.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The engine refused the submission.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// The engine ended the request early.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The prompt or conversation cannot be tokenised or rendered.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// A weight reload was refused.
+    #[error(transparent)]
+    Reload(#[from] ReloadError),
+    /// The HTTP layer.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+}
+
+/// One row of the table: status, `code` and `param`.
+struct Row {
+    status: StatusCode,
+    code: &'static str,
+    param: Option<String>,
+}
+
+fn row(status: StatusCode, code: &'static str, param: Option<&str>) -> Row {
+    Row {
+        status,
+        code,
+        param: param.map(str::to_string),
+    }
 }
 
 impl ApiError {
-    /// 400 naming the field at fault.
-    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            param: Some(param.to_string()),
-            code: Some("invalid_value"),
+    /// The table: every error kind's status, `code` and `param`.
+    fn row(&self) -> Row {
+        use StatusCode as S;
+        match self {
+            ApiError::Validation(e) => match e {
+                ValidationError::Invalid { param, .. } => row(S::BAD_REQUEST, "invalid_value", Some(param)),
+                ValidationError::Limit { param, .. } => row(S::BAD_REQUEST, "limit_exceeded", Some(param)),
+                ValidationError::ContextLength { param, .. } => {
+                    row(S::BAD_REQUEST, "context_length_exceeded", Some(param))
+                }
+                ValidationError::ModelNotFound(_) => row(S::NOT_FOUND, "model_not_found", Some("model")),
+                ValidationError::Tokenizer(t) => return ApiError::Tokenizer(t.clone()).row(),
+            },
+            ApiError::Submit(e) => match e {
+                SubmitError::QueueFull(_) | SubmitError::QueuedTokens(_) => {
+                    row(S::TOO_MANY_REQUESTS, "queue_full", None)
+                }
+                SubmitError::TooLong { .. } => {
+                    row(S::BAD_REQUEST, "context_length_exceeded", Some("max_tokens"))
+                }
+                SubmitError::Empty => row(S::BAD_REQUEST, "invalid_value", Some("prompt")),
+                SubmitError::EngineDown => row(S::SERVICE_UNAVAILABLE, "unavailable", None),
+            },
+            ApiError::Engine(e) => match e {
+                EngineError::TimedOut(_) => row(S::GATEWAY_TIMEOUT, "timeout", None),
+                EngineError::Aborted => row(S::SERVICE_UNAVAILABLE, "aborted_by_reload", None),
+                EngineError::ShuttingDown => row(S::SERVICE_UNAVAILABLE, "shutting_down", None),
+                EngineError::Died => row(S::SERVICE_UNAVAILABLE, "engine_failed", None),
+            },
+            ApiError::Tokenizer(e) => match e {
+                TokenizerError::NoChatTemplate | TokenizerError::Template(_) => {
+                    row(S::BAD_REQUEST, "invalid_value", Some("messages"))
+                }
+                TokenizerError::Encode(_) => row(S::BAD_REQUEST, "invalid_value", Some("prompt")),
+                TokenizerError::Decode(_) => row(S::BAD_REQUEST, "invalid_value", Some("tokens")),
+                TokenizerError::File { .. }
+                | TokenizerError::Vocab(_)
+                | TokenizerError::TemplateSyntax(_) => row(S::INTERNAL_SERVER_ERROR, "internal_error", None),
+            },
+            ApiError::Reload(e) => match e {
+                ReloadError::Invalid { param, .. } => row(S::BAD_REQUEST, "invalid_value", Some(param)),
+                ReloadError::Missing(_) => row(S::NOT_FOUND, "not_found", Some("path")),
+                ReloadError::Outside(_) => row(S::FORBIDDEN, "forbidden", Some("path")),
+                ReloadError::Incompatible(_) => {
+                    row(S::UNPROCESSABLE_ENTITY, "incompatible_checkpoint", Some("path"))
+                }
+                ReloadError::InProgress => row(S::CONFLICT, "conflict", None),
+                ReloadError::Busy(e) => return ApiError::Submit(e.clone()).row(),
+                ReloadError::EngineStopped => row(S::SERVICE_UNAVAILABLE, "unavailable", None),
+            },
+            ApiError::Http(e) => match e {
+                HttpError::RouteNotFound(_) => row(S::NOT_FOUND, "not_found", None),
+                HttpError::Unauthorized(_) => row(S::UNAUTHORIZED, "invalid_api_key", None),
+                HttpError::BodyTooLarge => row(S::PAYLOAD_TOO_LARGE, "body_too_large", None),
+                HttpError::UnreadableBody(_) => row(S::BAD_REQUEST, "invalid_body", None),
+                HttpError::Json { param, .. } => Row {
+                    status: S::BAD_REQUEST,
+                    code: "invalid_body",
+                    param: param.clone(),
+                },
+                HttpError::Loading | HttpError::NotReady(_) | HttpError::Draining => {
+                    row(S::SERVICE_UNAVAILABLE, "unavailable", None)
+                }
+                HttpError::Panicked | HttpError::Internal(_) => {
+                    row(S::INTERNAL_SERVER_ERROR, "internal_error", None)
+                }
+            },
         }
     }
 
-    /// 400 without a single field to blame.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            param: None,
-            code: None,
-        }
-    }
-
-    /// 404 for a model id we do not serve.
-    pub fn model_not_found(model: &str) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            message: format!("The model `{model}` does not exist."),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }
-    }
-
-    /// 404 for an unknown route.
-    pub fn route_not_found(path: &str) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            message: format!("No route for {path}"),
-            param: None,
-            code: Some("not_found"),
-        }
-    }
-
-    /// 401: missing or wrong credentials.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::UNAUTHORIZED,
-            message: message.into(),
-            param: None,
-            code: Some("invalid_api_key"),
-        }
-    }
-
-    /// 403 for a value the server will not act on.
-    pub fn forbidden(param: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::FORBIDDEN,
-            message: message.into(),
-            param: Some(param.into()),
-            code: Some("forbidden"),
-        }
-    }
-
-    /// 404 for a named thing that does not exist.
-    pub fn not_found(param: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            message: message.into(),
-            param: Some(param.into()),
-            code: Some("not_found"),
-        }
-    }
-
-    /// 409: the resource is busy with another operation.
-    pub fn conflict(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::CONFLICT,
-            message: message.into(),
-            param: None,
-            code: Some("conflict"),
-        }
-    }
-
-    /// 422: well-formed, but not usable (an incompatible checkpoint).
-    pub fn incompatible(param: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            message: message.into(),
-            param: Some(param.into()),
-            code: Some("incompatible_checkpoint"),
-        }
-    }
-
-    /// 504: the request ran past `--request-timeout`.
-    pub fn timeout(seconds: f64) -> Self {
-        Self {
-            status: StatusCode::GATEWAY_TIMEOUT,
-            message: format!("the request did not finish within the server's {seconds} s timeout"),
-            param: None,
-            code: Some("timeout"),
-        }
-    }
-
-    /// 500 for a bug.
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: message.into(),
-            param: None,
-            code: Some("internal_error"),
-        }
-    }
-
-    /// 503 while the engine is unavailable.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: message.into(),
-            param: None,
-            code: Some("unavailable"),
-        }
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.row().status
     }
 
     /// OpenAI's `type` for the status.
     pub fn kind(&self) -> &'static str {
-        match self.status.as_u16() {
+        match self.status().as_u16() {
             400 | 404 | 405 | 413 | 415 | 422 => "invalid_request_error",
             401 | 403 => "authentication_error",
             409 => "conflict_error",
@@ -155,29 +177,23 @@ impl ApiError {
         }
     }
 
-    /// The JSON body (also used as an SSE error chunk).
+    /// The JSON body (also sent as an SSE error chunk).
     pub fn body(&self) -> serde_json::Value {
+        let r = self.row();
         json!({"error": {
-            "message": self.message,
+            "message": self.to_string(),
             "type": self.kind(),
-            "param": self.param,
-            "code": self.code,
+            "param": r.param,
+            "code": r.code,
         }})
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.status, self.message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body())).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS
-            || self.status == StatusCode::SERVICE_UNAVAILABLE
-        {
+        let status = self.status();
+        let mut resp = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -185,42 +201,22 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<SubmitError> for ApiError {
-    fn from(e: SubmitError) -> Self {
-        let message = e.to_string();
-        match e {
-            SubmitError::QueueFull(_) => Self {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                message,
-                param: None,
-                code: Some("queue_full"),
-            },
-            SubmitError::QueuedTokens(_) => Self {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                message,
-                param: None,
-                code: Some("queue_full"),
-            },
-            SubmitError::Limit { param, .. } => Self {
-                status: StatusCode::BAD_REQUEST,
-                message,
-                param: Some(param.into()),
-                code: Some("limit_exceeded"),
-            },
-            SubmitError::TooLong { .. } => Self {
-                status: StatusCode::BAD_REQUEST,
-                message,
-                param: Some("max_tokens".into()),
-                code: Some("context_length_exceeded"),
-            },
-            SubmitError::EmptyPrompt => Self::invalid("prompt", message),
-            SubmitError::EngineDown => Self::unavailable(message),
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl From<ModelError> for ApiError {
-    fn from(e: ModelError) -> Self {
-        Self::bad_request(e.to_string())
+    #[test]
+    fn engine_failures_keep_their_kind() {
+        let s = |e: ApiError| e.status().as_u16();
+        assert_eq!(s(EngineError::TimedOut(1.0).into()), 504);
+        assert_eq!(s(EngineError::Aborted.into()), 503);
+        assert_eq!(s(EngineError::Died.into()), 503);
+        assert_eq!(s(SubmitError::QueueFull(1).into()), 429);
+        assert_eq!(s(TokenizerError::NoChatTemplate.into()), 400);
+        assert_eq!(s(TokenizerError::Vocab("x".into()).into()), 500);
+        let b = ApiError::from(ValidationError::invalid("n", "bad n")).body();
+        assert_eq!(b["error"]["param"], "n");
+        assert_eq!(b["error"]["type"], "invalid_request_error");
+        assert_eq!(b["error"]["message"], "bad n");
     }
 }

@@ -1,181 +1,33 @@
-//! Prometheus metrics: one typed `Metrics` struct, names as constants with unit suffixes,
-//! bucket layouts as vLLM's so dashboards port.
+//! The HTTP layer's metrics, registered beside the engine's in one registry (rendered
+//! at `GET /metrics`).
 
-use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use sluice_engine::metrics::{LATENCY, Metrics};
 
-/// Seconds from request arrival to its first token.
-pub const TTFT_SECONDS: &str = "sluice_time_to_first_token_seconds";
-/// Seconds between consecutive tokens of a request.
-pub const ITL_SECONDS: &str = "sluice_inter_token_latency_seconds";
-/// Seconds from request arrival to its last token.
-pub const E2E_SECONDS: &str = "sluice_e2e_request_latency_seconds";
-/// Seconds a request waited for a slot.
-pub const QUEUE_SECONDS: &str = "sluice_request_queue_time_seconds";
-/// Seconds of one prefill pass.
-pub const PREFILL_SECONDS: &str = "sluice_prefill_duration_seconds";
-/// Seconds of one decode step.
-pub const DECODE_STEP_SECONDS: &str = "sluice_decode_step_duration_seconds";
-/// Sequences in one decode step.
-pub const DECODE_BATCH: &str = "sluice_decode_batch_size";
-/// Prompt tokens per request.
-pub const PROMPT_TOKENS: &str = "sluice_request_prompt_tokens";
-/// Generated tokens per request.
-pub const GENERATION_TOKENS: &str = "sluice_request_generation_tokens";
-/// Finished requests by route and finish reason.
-pub const REQUESTS_TOTAL: &str = "sluice_requests_total";
-/// Prompt tokens prefilled.
-pub const PROMPT_TOKENS_TOTAL: &str = "sluice_prompt_tokens_total";
-/// Tokens generated.
-pub const GENERATION_TOKENS_TOTAL: &str = "sluice_generation_tokens_total";
-/// Requests prefilled, by bucket.
-pub const PREFILL_REQUESTS_TOTAL: &str = "sluice_prefill_requests_total";
-/// Padding tokens carried by prefill bucket shapes.
-pub const PREFILL_PADDING_TOTAL: &str = "sluice_prefill_padding_tokens_total";
-/// Requests refused, by reason.
-pub const REJECTED_TOTAL: &str = "sluice_requests_rejected_total";
-/// Weight reloads, by outcome.
-pub const RELOADS_TOTAL: &str = "sluice_weight_reloads_total";
-/// Sequences in slots.
-pub const RUNNING: &str = "sluice_requests_running";
-/// Requests waiting for a slot.
-pub const WAITING: &str = "sluice_requests_waiting";
-/// Slots in use.
-pub const SLOTS_USED: &str = "sluice_kv_slots_used";
-/// Slots in the slab (not `_total`: promtool reserves that suffix for counters).
-pub const SLOTS_CAPACITY: &str = "sluice_kv_slots_capacity";
-/// Fraction of the slab's positions in use.
-pub const KV_USAGE: &str = "sluice_kv_cache_usage_ratio";
-/// Version number of the loaded weights.
-pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
-/// Build and model labels (value 1).
-pub const BUILD_INFO: &str = "sluice_build_info";
 /// HTTP requests by route and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "sluice_http_requests_total";
 /// HTTP request latency by route and status.
 pub const HTTP_SECONDS: &str = "sluice_http_request_duration_seconds";
 
-const LATENCY: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-];
-const ITL: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0,
-];
-const E2E: &[f64] = &[
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-    480.0, 960.0, 1920.0, 7680.0,
-];
-const TOKENS: &[f64] = &[
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
-];
-const BATCH: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
-
-/// Every metric sluice exports, registered in its own registry.
-pub struct Metrics {
-    registry: Registry,
-    /// See [`TTFT_SECONDS`].
-    pub ttft: Histogram,
-    /// See [`ITL_SECONDS`].
-    pub itl: Histogram,
-    /// See [`E2E_SECONDS`].
-    pub e2e: Histogram,
-    /// See [`QUEUE_SECONDS`].
-    pub queue_time: Histogram,
-    /// See [`PREFILL_SECONDS`].
-    pub prefill_duration: Histogram,
-    /// See [`DECODE_STEP_SECONDS`].
-    pub decode_step: Histogram,
-    /// See [`DECODE_BATCH`].
-    pub decode_batch: Histogram,
-    /// See [`PROMPT_TOKENS`].
-    pub prompt_tokens: Histogram,
-    /// See [`GENERATION_TOKENS`].
-    pub generation_tokens: Histogram,
-    /// See [`REQUESTS_TOTAL`].
-    pub requests: IntCounterVec,
-    /// See [`PROMPT_TOKENS_TOTAL`].
-    pub prompt_tokens_total: IntCounter,
-    /// See [`GENERATION_TOKENS_TOTAL`].
-    pub generation_tokens_total: IntCounter,
-    /// See [`PREFILL_REQUESTS_TOTAL`].
-    pub prefill_requests: IntCounterVec,
-    /// See [`PREFILL_PADDING_TOTAL`].
-    pub prefill_padding: IntCounter,
-    /// See [`REJECTED_TOTAL`].
-    pub rejected: IntCounterVec,
-    /// See [`RELOADS_TOTAL`].
-    pub reloads: IntCounterVec,
-    /// See [`RUNNING`].
-    pub running: IntGauge,
-    /// See [`WAITING`].
-    pub waiting: IntGauge,
-    /// See [`SLOTS_USED`].
-    pub slots_used: IntGauge,
-    /// See [`SLOTS_CAPACITY`].
-    pub slots_total: IntGauge,
-    /// See [`KV_USAGE`].
-    pub kv_usage: Gauge,
-    /// See [`WEIGHTS_VERSION`].
-    pub weights_version: IntGauge,
-    /// See [`BUILD_INFO`].
-    pub build_info: IntGaugeVec,
+/// Metrics of the HTTP layer.
+#[derive(Clone)]
+pub struct HttpMetrics {
     /// See [`HTTP_REQUESTS_TOTAL`].
-    pub http_requests: IntCounterVec,
+    pub requests: IntCounterVec,
     /// See [`HTTP_SECONDS`].
-    pub http_duration: HistogramVec,
+    pub duration: HistogramVec,
 }
 
-fn hist(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
-    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-        .expect("valid histogram");
-    r.register(Box::new(h.clone())).expect("unique metric");
-    h
-}
-
-fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
-    let c = IntCounter::new(name, help).expect("valid counter");
-    r.register(Box::new(c.clone())).expect("unique metric");
-    c
-}
-
-fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-    r.register(Box::new(c.clone())).expect("unique metric");
-    c
-}
-
-fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
-    g
-}
-
-impl Metrics {
-    /// All metrics, zeroed; `slots` and `model` fill the static gauges.
-    pub fn new(slots: usize, model: &str) -> Self {
-        let r = Registry::new();
-        let kv_usage = Gauge::new(
-            KV_USAGE,
-            "Fraction of KV slab positions holding live tokens.",
+impl HttpMetrics {
+    /// Registers the HTTP metrics in the engine's registry.
+    pub fn register(engine: &Metrics) -> Self {
+        let r = engine.registry();
+        let requests = IntCounterVec::new(
+            Opts::new(HTTP_REQUESTS_TOTAL, "HTTP requests by route and status."),
+            &["route", "status"],
         )
-        .expect("valid gauge");
-        r.register(Box::new(kv_usage.clone()))
-            .expect("unique metric");
-        let build_info = IntGaugeVec::new(
-            Opts::new(BUILD_INFO, "Build version and served model (always 1)."),
-            &["version", "model"],
-        )
-        .expect("valid gauge");
-        r.register(Box::new(build_info.clone()))
-            .expect("unique metric");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), model])
-            .set(1);
-        let http_duration = HistogramVec::new(
+        .expect("a valid counter definition");
+        let duration = HistogramVec::new(
             HistogramOpts::new(
                 HTTP_SECONDS,
                 "HTTP request latency by route and status, until the response headers (streams go on after).",
@@ -183,107 +35,10 @@ impl Metrics {
             .buckets(LATENCY.to_vec()),
             &["route", "status"],
         )
-        .expect("valid histogram");
-        r.register(Box::new(http_duration.clone()))
-            .expect("unique metric");
-        let m = Self {
-            ttft: hist(
-                &r,
-                TTFT_SECONDS,
-                "Time from request arrival to its first token.",
-                LATENCY,
-            ),
-            itl: hist(
-                &r,
-                ITL_SECONDS,
-                "Time between consecutive tokens of a request.",
-                ITL,
-            ),
-            e2e: hist(
-                &r,
-                E2E_SECONDS,
-                "Time from request arrival to its last token.",
-                E2E,
-            ),
-            queue_time: hist(
-                &r,
-                QUEUE_SECONDS,
-                "Time a request waited for a slot.",
-                LATENCY,
-            ),
-            prefill_duration: hist(
-                &r,
-                PREFILL_SECONDS,
-                "Duration of one prefill pass.",
-                LATENCY,
-            ),
-            decode_step: hist(
-                &r,
-                DECODE_STEP_SECONDS,
-                "Duration of one decode step.",
-                LATENCY,
-            ),
-            decode_batch: hist(
-                &r,
-                DECODE_BATCH,
-                "Sequences advanced by one decode step.",
-                BATCH,
-            ),
-            prompt_tokens: hist(&r, PROMPT_TOKENS, "Prompt tokens per request.", TOKENS),
-            generation_tokens: hist(
-                &r,
-                GENERATION_TOKENS,
-                "Generated tokens per request.",
-                TOKENS,
-            ),
-            requests: counter_vec(
-                &r,
-                REQUESTS_TOTAL,
-                "Finished requests.",
-                &["route", "finish_reason"],
-            ),
-            prompt_tokens_total: counter(&r, PROMPT_TOKENS_TOTAL, "Prompt tokens prefilled."),
-            generation_tokens_total: counter(&r, GENERATION_TOKENS_TOTAL, "Tokens generated."),
-            prefill_requests: counter_vec(
-                &r,
-                PREFILL_REQUESTS_TOTAL,
-                "Requests prefilled, by prompt bucket.",
-                &["bucket"],
-            ),
-            prefill_padding: counter(
-                &r,
-                PREFILL_PADDING_TOTAL,
-                "Padding tokens of prefill bucket shapes.",
-            ),
-            rejected: counter_vec(&r, REJECTED_TOTAL, "Requests refused.", &["reason"]),
-            reloads: counter_vec(&r, RELOADS_TOTAL, "Weight reloads.", &["outcome"]),
-            running: gauge(&r, RUNNING, "Sequences running in slots."),
-            waiting: gauge(&r, WAITING, "Requests waiting for a slot."),
-            slots_used: gauge(&r, SLOTS_USED, "KV slots in use."),
-            slots_total: gauge(&r, SLOTS_CAPACITY, "KV slots in the slab."),
-            kv_usage,
-            weights_version: gauge(&r, WEIGHTS_VERSION, "Version number of the loaded weights."),
-            build_info,
-            http_requests: counter_vec(
-                &r,
-                HTTP_REQUESTS_TOTAL,
-                "HTTP requests by route and status.",
-                &["route", "status"],
-            ),
-            http_duration,
-            registry: r,
-        };
-        m.slots_total.set(slots as i64);
-        m.weights_version.set(1);
-        m
-    }
-
-    /// The text exposition format of every metric.
-    pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding never fails");
-        String::from_utf8(buf).expect("the text format is UTF-8")
+        .expect("a valid histogram definition");
+        // Registered once per engine registry (a second server state is a second engine).
+        let _ = r.register(Box::new(requests.clone()));
+        let _ = r.register(Box::new(duration.clone()));
+        Self { requests, duration }
     }
 }

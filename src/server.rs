@@ -1,56 +1,120 @@
-//! The production serving path: listen at once, load the model in the background (with
-//! `/health` 200 and `/ready` 503 meanwhile), then serve; on shutdown, drain before exit.
+//! The one way to serve: `run(listener, config, shutdown)`. It listens at once, loads the
+//! model in the background (`/health` 200 and `/ready` 503 meanwhile), then serves. On
+//! shutdown it drains: `/ready` turns 503, new generation requests get 503, in-flight
+//! ones finish until the engine signals it is idle or `--shutdown-grace` runs out; then
+//! open streams get an error chunk and every connection is closed within a second
+//! (docs/ARCHITECTURE.md, "Start-up and shutdown").
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
+use anyhow::Context;
 use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use sluice_engine::checkpoint::{self, Signature};
+use sluice_engine::metrics::Metrics;
+use sluice_engine::kv::KvSlab;
+use sluice_engine::{EngineHandle, Loaded, Model, TokenRow};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
-use crate::config::ServeConfig;
-use crate::error::ApiError;
+use crate::config::Config;
+use crate::error::{ApiError, HttpError};
 use crate::http::{self, AppState};
+
+/// How long connections may stay open after the grace period before they are dropped.
+const CLOSE_AFTER_GRACE: Duration = Duration::from_millis(500);
+
+/// Loads a model file: the same call, and so the same error, for `sluice serve` and
+/// `sluice generate`.
+pub fn load_model(path: &Path, tokenizer: Option<&Path>) -> anyhow::Result<Loaded> {
+    sluice_engine::load(path, tokenizer).with_context(|| {
+        let hint = if path == crate::config::default_model_path() {
+            " (run scripts/fetch-model to fetch the default model)"
+        } else {
+            ""
+        };
+        format!("loading {}{hint}", path.display())
+    })
+}
+
+/// Loads the model, starts the engine and builds the handlers' state.
+fn start(config: &Config) -> anyhow::Result<AppState> {
+    let Loaded {
+        model,
+        tokenizer,
+        file,
+    } = load_model(&config.model.path, config.model.tokenizer.as_deref())?;
+    warm_up(&*model);
+    let tokenizer = Arc::new(tokenizer);
+    let metrics = Arc::new(Metrics::new(config.engine.slots, &config.model.name));
+    let admin = match &config.admin {
+        Some(a) => {
+            let current = checkpoint::describe(&config.model.path, &config.engine.weights_version)
+                .with_context(|| format!("reading {}", config.model.path.display()))?;
+            let signature = Signature::of(&file)?;
+            Some(Arc::new(http::admin::Admin::new(
+                a.token.clone(),
+                &a.reload_dirs,
+                current,
+                signature,
+            )))
+        }
+        None => None,
+    };
+    let engine =
+        EngineHandle::start_with_metrics(model, tokenizer.clone(), config.engine.clone(), metrics);
+    let mut state = AppState::new(engine, tokenizer, &config.model.name, config.limits.clone());
+    state.api_keys = Arc::new(config.http.api_keys.clone());
+    state.cors_origins = Arc::new(config.http.cors_origins.clone());
+    state.admin = admin;
+    Ok(state)
+}
+
+/// Runs one token through the model before the engine starts, so the first client does
+/// not pay for cold caches and the compute threads, and no metric counts it.
+fn warm_up(model: &dyn Model) {
+    let s = model.shape();
+    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 16);
+    let row = TokenRow {
+        token: 0,
+        slot: 0,
+        pos: 0,
+    };
+    model.forward(&mut kv, &[row], &[0]);
+}
 
 /// What the server answers before the model is loaded.
 fn loading(path: &str) -> Response {
     match path {
         "/health" => axum::Json(json!({"status": "loading"})).into_response(),
-        "/ready" => ApiError::unavailable("not ready: loading the model").into_response(),
-        _ => ApiError::unavailable("the model is still loading; retry shortly").into_response(),
+        "/ready" => ApiError::from(HttpError::NotReady("loading the model")).into_response(),
+        _ => ApiError::from(HttpError::Loading).into_response(),
     }
 }
 
-/// Runs one token through the engine so the first client does not pay for cold caches
-/// and so readiness means the whole path works.
-fn warm_up(state: AppState) -> anyhow::Result<AppState> {
-    let mut req = crate::engine::ValidRequest::greedy(vec![0], 1);
-    req.route = "warmup";
-    let mut rx = state
-        .engine
-        .submit(req)
-        .map_err(|e| anyhow::anyhow!("warm-up: {e}"))?;
-    loop {
-        match rx.blocking_recv() {
-            Some(crate::engine::Event::Done(_)) => return Ok(state),
-            Some(crate::engine::Event::Error(e)) => anyhow::bail!("warm-up: {e}"),
-            Some(_) => {}
-            None => anyhow::bail!("warm-up: the engine stopped"),
-        }
-    }
-}
-
-/// Serves on `listener` until `shutdown` completes, loading the model meanwhile. After the
-/// signal, `/ready` answers 503 and new generation requests are refused while in-flight
-/// ones finish, for at most `cfg.shutdown_grace` seconds.
-pub async fn serve(
+/// Serves on `listener` until `shutdown` completes, then drains (see the module docs).
+/// Fails with the reason when the model cannot be loaded.
+pub async fn run(
     listener: tokio::net::TcpListener,
-    cfg: ServeConfig,
+    config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with(listener, config, shutdown, |_| {}).await
+}
+
+/// As [`run`], calling `on_ready` with the handlers' state once the model is loaded and
+/// warm (tests use it to watch the engine).
+pub async fn run_with(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_ready: impl FnOnce(&AppState) + Send + 'static,
 ) -> anyhow::Result<()> {
     let app: Arc<OnceLock<(Router, AppState)>> = Arc::new(OnceLock::new());
     let gate = {
@@ -65,44 +129,63 @@ pub async fn serve(
             }
         })
     };
-    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let failure: Arc<Mutex<Option<anyhow::Error>>> = Arc::default();
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
     {
-        let app = app.clone();
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || match crate::start(&cfg).and_then(warm_up) {
+        let (app, failure, config) = (app.clone(), failure.clone(), config.clone());
+        tokio::task::spawn_blocking(move || match start(&config) {
             Ok(state) => {
-                tracing::info!(model = %cfg.model_name(), "model loaded and warm, ready");
-                let router = http::router(state.clone(), cfg.max_body_bytes);
-                let _ = app.set((router, state));
+                tracing::info!(model = %config.model.name, "model loaded and warm, ready");
+                let router = http::router(state.clone(), config.http.max_body_bytes);
+                let _ = app.set((router, state.clone()));
+                on_ready(&state);
             }
             Err(e) => {
-                let _ = failed_tx.send(e);
+                tracing::error!(error = format!("{e:#}"), "the model could not be loaded");
+                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                let _ = failed_tx.send(());
             }
         });
     }
-    let grace = Duration::from_secs_f64(cfg.shutdown_grace);
+    let grace = config.http.shutdown_grace;
+    // When connections must be closed whatever they are doing: set once draining starts.
+    let (close_tx, mut close_rx) = tokio::sync::watch::channel::<Option<Instant>>(None);
     let drain_app = app.clone();
     let stop = async move {
         tokio::select! {
             _ = shutdown => {}
             Ok(_) = failed_rx => return,
         }
+        let end = Instant::now() + grace;
+        let _ = close_tx.send(Some(end + CLOSE_AFTER_GRACE));
         let Some((_, state)) = drain_app.get() else {
             return;
         };
         state.draining.store(true, Ordering::SeqCst);
         tracing::info!(grace_s = grace.as_secs_f64(), "draining");
-        let start = Instant::now();
-        while (state.engine.running() > 0 || state.engine.waiting() > 0) && start.elapsed() < grace
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::select! {
+            _ = state.engine.idle() => tracing::info!("drained"),
+            _ = tokio::time::sleep_until(end) => {
+                tracing::warn!("grace period over: ending the requests still open");
+                state.deadline.send_replace(true);
+            }
         }
     };
-    axum::serve(listener, gate)
+    let serve = axum::serve(listener, gate)
         .with_graceful_shutdown(stop)
-        .await?;
-    if app.get().is_none() {
-        anyhow::bail!("the model could not be loaded (see the log above)");
+        .into_future();
+    let hard_stop = async move {
+        let Ok(end) = close_rx.wait_for(Option::is_some).await.map(|e| e.unwrap_or_else(Instant::now)) else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(end).await;
+    };
+    tokio::select! {
+        r = serve => r?,
+        _ = hard_stop => tracing::warn!("closing the connections still open after the grace period"),
+    }
+    if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
     }
     Ok(())
 }

@@ -1,20 +1,74 @@
 //! The only way from wire requests to engine requests: every accepted field is checked
-//! here and either honoured or refused with a 400 that names it (STYLE habit 2).
+//! here, against every request limit of the server, and either honoured or refused with
+//! an error that names it (docs/ARCHITECTURE.md, "One way down").
 
-use crate::engine::ValidRequest;
-use crate::engine::sampling::SamplingParams;
-use crate::error::ApiError;
-use crate::http::openai::types::{
+use sluice_engine::sampling::SamplingParams;
+use sluice_engine::{ChatMessage, Tokenizer, TokenizerError, ValidRequest};
+
+use crate::api::{
     ChatRequest, CommonParams, CompletionRequest, MessageContent, PromptInput, StopInput,
     WireMessage,
 };
-use crate::tokenizer::{ChatMessage, Tokenizer};
+
+/// Why a request is refused before it reaches the engine.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    /// A field has a value the server cannot honour.
+    #[error("{message}")]
+    Invalid {
+        /// The field.
+        param: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A field exceeds one of the server's configured limits.
+    #[error("{what} is {got}, above this server's limit of {limit}")]
+    Limit {
+        /// The field.
+        param: &'static str,
+        /// What is limited, in words.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The request's value.
+        got: usize,
+    },
+    /// The prompt and `max_tokens` do not fit the context.
+    #[error("{message}")]
+    ContextLength {
+        /// `prompt` or `max_tokens`.
+        param: &'static str,
+        /// The numbers.
+        message: String,
+    },
+    /// The `model` field names a model this server does not serve.
+    #[error("The model `{0}` does not exist.")]
+    ModelNotFound(String),
+    /// The prompt or conversation cannot be tokenised or rendered.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+impl ValidationError {
+    /// A refusal of `param`.
+    pub fn invalid(param: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            param,
+            message: message.into(),
+        }
+    }
+}
+
 
 /// Bounds on request fields.
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// The engine's context (prompt + max_tokens must fit).
     pub context: usize,
+    /// Longest prompt in tokens (at most the context).
+    pub max_prompt_tokens: usize,
+    /// Largest `max_tokens`, and the default for chat requests that give none.
+    pub max_new_tokens: usize,
     /// Most choices per prompt.
     pub max_n: usize,
     /// Most stop strings.
@@ -32,6 +86,8 @@ impl Limits {
     pub fn for_context(context: usize) -> Self {
         Self {
             context,
+            max_prompt_tokens: context,
+            max_new_tokens: context,
             max_n: 16,
             max_stop: 4,
             max_logit_bias: 300,
@@ -59,10 +115,10 @@ pub struct Validated {
     pub echo: bool,
 }
 
-fn range(param: &str, v: Option<f32>, lo: f32, hi: f32, default: f32) -> Result<f32, ApiError> {
+fn range(param: &'static str, v: Option<f32>, lo: f32, hi: f32, default: f32) -> Result<f32, ValidationError> {
     let x = v.unwrap_or(default);
     if !x.is_finite() || x < lo || x > hi {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             param,
             format!("`{param}` must be between {lo} and {hi}, got {x}"),
         ));
@@ -71,16 +127,16 @@ fn range(param: &str, v: Option<f32>, lo: f32, hi: f32, default: f32) -> Result<
 }
 
 /// Checks the `model` field against the served name.
-pub fn check_model(model: Option<&str>, served: &str) -> Result<(), ApiError> {
+pub fn check_model(model: Option<&str>, served: &str) -> Result<(), ValidationError> {
     match model {
-        Some(m) if m != served => Err(ApiError::model_not_found(m)),
+        Some(m) if m != served => Err(ValidationError::ModelNotFound(m.to_string())),
         _ => Ok(()),
     }
 }
 
-fn check_ids(ids: &[u32], vocab: usize, param: &str) -> Result<(), ApiError> {
+fn check_ids(ids: &[u32], vocab: usize, param: &'static str) -> Result<(), ValidationError> {
     match ids.iter().find(|&&t| t as usize >= vocab) {
-        Some(t) => Err(ApiError::invalid(
+        Some(t) => Err(ValidationError::invalid(
             param,
             format!("token id {t} is outside the vocabulary of {vocab}"),
         )),
@@ -98,11 +154,11 @@ fn build(
     route: &'static str,
     tok: &Tokenizer,
     limits: &Limits,
-) -> Result<(Vec<ValidRequest>, usize), ApiError> {
+) -> Result<(Vec<ValidRequest>, usize), ValidationError> {
     let vocab = tok.vocab_size;
     let n = c.n.unwrap_or(1);
     if n < 1 || n as usize > limits.max_n {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "n",
             format!("`n` must be between 1 and {}, got {n}", limits.max_n),
         ));
@@ -111,14 +167,14 @@ fn build(
     let temperature = range("temperature", c.temperature, 0.0, 2.0, 1.0)?;
     let top_p = range("top_p", c.top_p, 0.0, 1.0, 1.0)?;
     if top_p <= 0.0 {
-        return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"));
+        return Err(ValidationError::invalid("top_p", "`top_p` must be greater than 0"));
     }
     let presence_penalty = range("presence_penalty", c.presence_penalty, -2.0, 2.0, 0.0)?;
     let frequency_penalty = range("frequency_penalty", c.frequency_penalty, -2.0, 2.0, 0.0)?;
     let min_p = range("min_p", c.min_p, 0.0, 1.0, 0.0)?;
     let repetition_penalty = range("repetition_penalty", c.repetition_penalty, 0.0, 10.0, 1.0)?;
     if repetition_penalty <= 0.0 {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "repetition_penalty",
             "`repetition_penalty` must be greater than 0",
         ));
@@ -127,7 +183,7 @@ fn build(
         -1 | 0 => 0,
         k if k > 0 => k as usize,
         k => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "top_k",
                 format!("`top_k` must be -1, 0 or positive, got {k}"),
             ));
@@ -139,7 +195,7 @@ fn build(
         Some(StopInput::Many(v)) => v.clone(),
     };
     if stop_strings.len() > limits.max_stop {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "stop",
             format!(
                 "at most {} stop strings are allowed, got {}",
@@ -149,12 +205,12 @@ fn build(
         ));
     }
     if stop_strings.iter().any(String::is_empty) {
-        return Err(ApiError::invalid("stop", "stop strings must not be empty"));
+        return Err(ValidationError::invalid("stop", "stop strings must not be empty"));
     }
     let mut logit_bias = Vec::new();
     if let Some(b) = &c.logit_bias {
         if b.len() > limits.max_logit_bias {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "logit_bias",
                 format!(
                     "at most {} logit_bias entries are allowed, got {}",
@@ -165,14 +221,14 @@ fn build(
         }
         for (k, v) in b {
             let id: u32 = k.parse().map_err(|_| {
-                ApiError::invalid(
+                ValidationError::invalid(
                     "logit_bias",
                     format!("logit_bias key `{k}` is not a token id"),
                 )
             })?;
             check_ids(&[id], vocab, "logit_bias")?;
             if !v.is_finite() || !(-100.0..=100.0).contains(v) {
-                return Err(ApiError::invalid(
+                return Err(ValidationError::invalid(
                     "logit_bias",
                     format!("logit_bias values must be between -100 and 100, got {v}"),
                 ));
@@ -198,7 +254,7 @@ fn build(
     }
     let min_tokens = c.min_tokens.unwrap_or(0);
     if min_tokens < 0 {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "min_tokens",
             "`min_tokens` must not be negative",
         ));
@@ -210,50 +266,65 @@ fn build(
     let mut requests = Vec::with_capacity(prompts.len() * n);
     for prompt in prompts {
         if prompt.is_empty() {
-            return Err(ApiError::invalid("prompt", "the prompt has no tokens"));
+            return Err(ValidationError::invalid("prompt", "the prompt has no tokens"));
         }
         check_ids(&prompt, vocab, "prompt")?;
+        if prompt.len() > limits.max_prompt_tokens.min(limits.context) {
+            return Err(ValidationError::Limit {
+                param: "prompt",
+                what: "the prompt's length in tokens",
+                limit: limits.max_prompt_tokens.min(limits.context),
+                got: prompt.len(),
+            });
+        }
         let room = limits.context.saturating_sub(prompt.len());
         if room == 0 {
-            return Err(ApiError {
-                code: Some("context_length_exceeded"),
-                ..ApiError::invalid(
-                    "prompt",
-                    format!(
-                        "the prompt has {} tokens; the context is {} tokens",
-                        prompt.len(),
-                        limits.context
-                    ),
-                )
+            return Err(ValidationError::ContextLength {
+                param: "prompt",
+                message: format!(
+                    "the prompt has {} tokens; the context is {} tokens",
+                    prompt.len(),
+                    limits.context
+                ),
             });
         }
         let max_tokens = match c.max_tokens {
             Some(m) if m < 1 => {
-                return Err(ApiError::invalid(
+                return Err(ValidationError::invalid(
                     "max_tokens",
                     format!("`max_tokens` must be at least 1, got {m}"),
                 ));
             }
+            Some(m) if m as usize > limits.max_new_tokens => {
+                return Err(ValidationError::Limit {
+                    param: "max_tokens",
+                    what: "max_tokens",
+                    limit: limits.max_new_tokens,
+                    got: m as usize,
+                });
+            }
             Some(m) => m as usize,
-            None => default_max.unwrap_or(room).min(room),
+            // What the client did not ask for is never refused: the default fits.
+            None => default_max
+                .unwrap_or(room)
+                .min(room)
+                .min(limits.max_new_tokens),
         };
         if prompt.len() + max_tokens > limits.context {
-            return Err(ApiError {
-                code: Some("context_length_exceeded"),
-                ..ApiError::invalid(
-                    "max_tokens",
-                    format!(
-                        "this request needs {} prompt tokens + {} max_tokens = {} tokens, more than the context of {} tokens",
-                        prompt.len(),
-                        max_tokens,
-                        prompt.len() + max_tokens,
-                        limits.context
-                    ),
-                )
+            return Err(ValidationError::ContextLength {
+                param: "max_tokens",
+                message: format!(
+                    "this request needs {} prompt tokens + {} max_tokens = {} tokens, more than \
+                     the context of {} tokens",
+                    prompt.len(),
+                    max_tokens,
+                    prompt.len() + max_tokens,
+                    limits.context
+                ),
             });
         }
         if min_tokens as usize > max_tokens {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "min_tokens",
                 format!("`min_tokens` ({min_tokens}) must not exceed max_tokens ({max_tokens})"),
             ));
@@ -272,7 +343,8 @@ fn build(
                     frequency_penalty,
                     repetition_penalty,
                     logit_bias: logit_bias.clone(),
-                    // E14: choice i of n uses seed + i, so choices differ but reproduce.
+                    // Choice i of n uses seed + i, so choices differ but reproduce
+                    // (docs/ARCHITECTURE.md, "Sampling").
                     seed: seed.wrapping_add(i as u64),
                 },
                 seeded,
@@ -297,12 +369,12 @@ pub fn completion(
     tok: &Tokenizer,
     limits: &Limits,
     served: &str,
-) -> Result<Validated, ApiError> {
+) -> Result<Validated, ValidationError> {
     check_model(r.common.model.as_deref(), served)?;
     let logprobs = match r.logprobs {
         None => None,
         Some(k) if k < 0 || k as usize > limits.max_top_logprobs => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "logprobs",
                 format!(
                     "`logprobs` must be between 0 and {}, got {k}",
@@ -313,7 +385,7 @@ pub fn completion(
         Some(k) => Some(k as usize),
     };
     if r.echo && logprobs.is_some() {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "echo",
             "`echo` together with `logprobs` (prompt log-probabilities) is not supported",
         ));
@@ -341,7 +413,7 @@ pub fn completion(
         }
     };
     if prompts.is_empty() || prompts.len() > limits.max_prompts {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "prompt",
             format!("give between 1 and {} prompts", limits.max_prompts),
         ));
@@ -370,9 +442,9 @@ pub fn completion(
 }
 
 /// Turns wire messages into template messages, refusing non-text content.
-pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ApiError> {
+pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationError> {
     if msgs.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "messages",
             "`messages` must not be empty",
         ));
@@ -388,7 +460,7 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ApiError> {
                         match (p.kind.as_str(), &p.text) {
                             ("text", Some(t)) => s.push_str(t),
                             _ => {
-                                return Err(ApiError::invalid(
+                                return Err(ValidationError::invalid(
                                     "messages",
                                     format!(
                                         "content parts of type `{}` are not supported; only text",
@@ -415,13 +487,13 @@ pub fn chat(
     tok: &Tokenizer,
     limits: &Limits,
     served: &str,
-) -> Result<Validated, ApiError> {
+) -> Result<Validated, ValidationError> {
     check_model(r.common.model.as_deref(), served)?;
     let text = tok.apply_chat_template(&messages(&r.messages)?)?;
     let prompt = tok.encode(&text)?;
     let logprobs = match (r.logprobs, r.top_logprobs) {
         (_, Some(k)) if k < 0 || k as usize > limits.max_top_logprobs => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "top_logprobs",
                 format!(
                     "`top_logprobs` must be between 0 and {}, got {k}",
@@ -430,7 +502,7 @@ pub fn chat(
             ));
         }
         (false, Some(_)) => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "top_logprobs",
                 "`top_logprobs` needs `logprobs: true`",
             ));
@@ -441,7 +513,7 @@ pub fn chat(
     let mut common = r.common.clone();
     if let Some(m) = r.max_completion_tokens {
         if common.max_tokens.is_some_and(|x| x != m) {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid(
                 "max_completion_tokens",
                 "`max_tokens` and `max_completion_tokens` disagree",
             ));

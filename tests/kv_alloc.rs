@@ -7,9 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sluice::engine::model::{GgufFile, Model};
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
-use sluice::tokenizer::Tokenizer;
 
 /// Counts allocations of at least `THRESHOLD` bytes.
 struct Counting;
@@ -59,10 +57,9 @@ fn rss_kb() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_requests_allocate_no_kv() {
-    let file = GgufFile::open(&common::model_path()).expect("run scripts/fetch-model first");
-    let model = Model::from_file(&file).unwrap();
-    let c = model.config.clone();
-    let tok = Arc::new(Tokenizer::from_gguf(&file, None).unwrap());
+    let loaded = common::load();
+    let c = loaded.model.shape().clone();
+    let (model, tok) = (loaded.model, Arc::new(loaded.tokenizer));
     let (slots, context) = (4, 4096);
     let eng = EngineHandle::start(
         model,

@@ -1,11 +1,14 @@
-//! Files sluice cannot run are refused with an error that names what was found.
+//! Files sluice cannot run are refused with an error that names what was found, by the
+//! loader, and by `sluice serve` and `sluice generate` alike (exit non-zero, same reason).
 
 use std::path::PathBuf;
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use sluice::engine::model::{Model, ModelError};
+use sluice::engine::ModelError;
+
+mod common;
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sluice-{}-{name}", std::process::id()))
@@ -39,8 +42,12 @@ fn tensor(shape: &[usize], dtype: GgmlDType) -> QTensor {
     QTensor::quantize(&t, dtype).unwrap()
 }
 
+fn load(path: &std::path::Path) -> Result<(), ModelError> {
+    sluice::engine::load(path, None).map(|_| ())
+}
+
 fn err(path: &std::path::Path) -> String {
-    match Model::load(path) {
+    match load(path) {
         Ok(_) => panic!("{} should not load", path.display()),
         Err(e) => e.to_string(),
     }
@@ -87,12 +94,49 @@ fn an_unsupported_quantisation_is_named_with_its_tensor() {
 #[test]
 fn missing_and_non_gguf_files_are_refused() {
     let missing = tmp("nothing-here.gguf");
-    assert!(matches!(
-        Model::load(&missing),
-        Err(ModelError::Open { .. })
-    ));
+    assert!(matches!(load(&missing), Err(ModelError::Open { .. })));
     let p = tmp("not.gguf");
     std::fs::write(&p, b"definitely not a gguf file").unwrap();
-    let e = Model::load(&p).err().expect("refused");
+    let e = load(&p).err().expect("refused");
     assert!(matches!(e, ModelError::NotGguf { .. }), "{e}");
+}
+
+/// `sluice serve` and `sluice generate` on the same bad file: both exit non-zero, and
+/// serve's error carries the reason generate gives.
+#[test]
+fn serve_and_generate_give_the_same_reason() {
+    let missing = tmp("serve-missing.gguf");
+    let not_gguf = tmp("serve-not.gguf");
+    std::fs::write(&not_gguf, b"definitely not a gguf file").unwrap();
+    let gemma = tmp("serve-gemma3.gguf");
+    write(
+        &gemma,
+        "gemma3",
+        &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
+    );
+    for (path, needle) in [
+        (&missing, "cannot open model file"),
+        (&not_gguf, "not a readable GGUF file"),
+        (&gemma, "unsupported model architecture `gemma3`"),
+    ] {
+        let model = path.to_str().unwrap();
+        let (ok, _, gen_err) =
+            common::run_sluice(&["generate", "--model", model, "--prompt", "hi"], &[]);
+        assert!(!ok, "generate on {model} fails");
+        let reason = gen_err
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("generate names the reason: {gen_err}"))
+            .trim()
+            .to_string();
+        let (ok, _, serve_err) = common::run_sluice(
+            &["serve", "--port", "0", "--model", model],
+            &[("RUST_LOG", "off")],
+        );
+        assert!(!ok, "serve on {model} exits non-zero");
+        assert!(
+            serve_err.contains(&reason),
+            "serve gives generate's reason {reason:?}: {serve_err}"
+        );
+    }
 }

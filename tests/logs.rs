@@ -4,48 +4,26 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 #[tokio::test]
 async fn json_logs_carry_the_request_id_and_one_summary_per_request() {
-    let port = common::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
+    let server = common::Spawned::ready(
+        &[
             "serve",
-            "--port",
-            &port.to_string(),
             "--slots",
             "2",
             "--context",
             "256",
             "--log-format",
             "json",
-        ])
-        .env("SLUICE_MODEL", common::model_path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let base = format!("http://127.0.0.1:{port}");
+        ],
+        &[],
+    )
+    .await;
+    let base = server.base.clone();
     let client = reqwest::Client::new();
-    let start = Instant::now();
-    while !client
-        .get(format!("{base}/ready"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let send = |id: Option<&str>, path: &str, body: Value| {
         let mut r = client.post(format!("{base}{path}")).json(&body);
         if let Some(id) = id {
@@ -82,15 +60,11 @@ async fn json_logs_carry_the_request_id_and_one_summary_per_request() {
     let generated = r.headers()["x-request-id"].to_str().unwrap().to_string();
     assert_eq!(generated.len(), 32, "{generated}");
     r.text().await.unwrap();
-    child.kill().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    child.wait().unwrap();
+    // Stop the server (SIGTERM: it logs its last lines and exits) and read its log.
+    let mut server = server;
+    server.terminate();
+    assert!(server.wait().success());
+    let err = server.log().join("\n");
 
     let lines: Vec<Value> = err
         .lines()

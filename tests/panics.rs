@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice::failpoint::TRIGGER;
+use sluice::engine::failpoint::TRIGGER;
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
     let r = reqwest::Client::new()
@@ -25,32 +24,12 @@ async fn post(url: &str, body: &Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_and_engine_panics_are_contained() {
-    let port = common::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--port",
-            &port.to_string(),
-            "--context",
-            "512",
-            "--served-model-name",
-            "m",
-        ])
-        .env("SLUICE_MODEL", common::model_path())
-        .env("SLUICE_FAILPOINTS", "engine-panic,handler-panic")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..240 {
-        if let Ok(r) = reqwest::get(format!("{base}/ready")).await
-            && r.status() == 200
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let server = common::Spawned::ready(
+        &["serve", "--context", "512", "--served-model-name", "m"],
+        &[("SLUICE_FAILPOINTS", "engine-panic,handler-panic")],
+    )
+    .await;
+    let base = server.base.clone();
 
     // A handler panic: 500, OpenAI-shaped, and the server keeps serving.
     let (s, v) = post(&format!("{base}/tokenize"), &json!({"prompt": TRIGGER})).await;
@@ -117,6 +96,5 @@ async fn handler_and_engine_panics_are_contained() {
     )
     .await;
     assert_eq!(s, 503, "{v}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 }

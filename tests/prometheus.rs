@@ -37,7 +37,7 @@ async fn prometheus_scrapes_exact_counts() {
     .unwrap();
     let port = common::free_port();
     let prom = format!("http://127.0.0.1:{port}");
-    let mut child = Command::new("prometheus")
+    let child = Command::new("prometheus")
         .arg(format!("--config.file={}", cfg.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
@@ -48,6 +48,7 @@ async fn prometheus_scrapes_exact_counts() {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus on PATH (scripts/test-deps installs Debian's package)");
+    let child = common::KillOnDrop(child);
 
     // A short load: 6 requests, 3 at a time.
     let client = reqwest::Client::new();
@@ -83,8 +84,7 @@ async fn prometheus_scrapes_exact_counts() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let up = query(&prom, r#"up{job="sluice"}"#).await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(up, Some(1.0));
     assert_eq!(

@@ -1,17 +1,16 @@
-//! The model runtime against `../shared/reference/smollm2-q4_1.json`: llama.cpp's
-//! tokenisation and chat rendering, and greedy runs close to the independent f32 reference.
+//! The model against `tests/data/smollm2-q4_1.json`: llama.cpp's tokenisation and chat
+//! rendering, and greedy runs through the engine close to the independent f32 reference.
 
 mod common;
 
 use std::process::Command;
+use std::sync::Arc;
 
-use common::{ids, load, reference, shared_dir};
+use common::{data_dir, ids, load, reference};
 use serde_json::{Value, json};
-use sluice::engine::batch::{self, Job, Output};
-use sluice::engine::kv::KvSlab;
-use sluice::engine::model::Model;
-use sluice::engine::model::kernels::Simd;
+use sluice::engine::{EngineConfig, EngineHandle, Event, EventStream, TokenEvent, ValidRequest};
 use sluice::tokenizer::{ChatMessage, IncrementalDecoder};
+use sluice_kernels::Simd;
 
 /// Every prompt of the reference file: (section, entry).
 fn entries(r: &Value) -> Vec<(&'static str, &Value)> {
@@ -24,33 +23,43 @@ fn entries(r: &Value) -> Vec<(&'static str, &Value)> {
     v
 }
 
-fn greedy_job(prompt: Vec<u32>, n: usize) -> Job {
-    Job {
-        prompt,
-        max_tokens: n,
-        params: Default::default(),
-        stop_ids: Vec::new(),
-        top_logprobs: 5,
+fn greedy(prompt: Vec<u32>, n: usize) -> ValidRequest {
+    let mut r = ValidRequest::greedy(prompt, n);
+    r.logprobs = Some(5);
+    r
+}
+
+/// An engine on the default model with `slots` slots.
+fn engine(slots: usize) -> EngineHandle {
+    let loaded = load();
+    let config = EngineConfig {
+        slots,
+        context: 256,
+        ..EngineConfig::default()
+    };
+    EngineHandle::start(loaded.model, Arc::new(loaded.tokenizer), config)
+}
+
+fn tokens(mut rx: EventStream) -> Vec<TokenEvent> {
+    let mut out = Vec::new();
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Token(t)) => out.push(t),
+            Some(Event::Done(_)) => return out,
+            other => panic!("generation failed: {other:?}"),
+        }
     }
 }
 
-fn slab(model: &Model, slots: usize, context: usize) -> KvSlab {
-    let c = &model.config;
-    KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, slots, context)
-}
-
-fn as_json(o: &Output) -> Value {
-    let steps: Vec<Value> = o
-        .steps
-        .iter()
-        .map(|s| json!({"id": s.token, "top": s.top}))
-        .collect();
-    json!({"greedy_ids": o.ids, "steps": steps})
+fn as_json(o: &[TokenEvent]) -> Value {
+    let ids: Vec<u32> = o.iter().map(|t| t.id).collect();
+    let steps: Vec<Value> = o.iter().map(|s| json!({"id": s.id, "top": s.top})).collect();
+    json!({"greedy_ids": ids, "steps": steps})
 }
 
 #[test]
 fn tokenisation_and_chat_template_match_llama_cpp() {
-    let (_, tok) = load();
+    let tok = load().tokenizer;
     let r = reference();
     for (sec, e) in entries(&r) {
         let want = ids(&e["tokens"]);
@@ -76,7 +85,7 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
             text,
             "round trip of {text:?}"
         );
-        // Incremental decoding (E17): whole characters only, concatenating to the text.
+        // Incremental decoding: whole characters only, concatenating to the text.
         let mut dec = IncrementalDecoder::default();
         let mut streamed = String::new();
         for &id in &got {
@@ -94,10 +103,10 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
 
 #[test]
 fn a_tokenizer_json_gives_the_same_ids() {
-    let (_, tok) = load();
+    let tok = load().tokenizer;
     let path = std::env::temp_dir().join(format!("sluice-tokenizer-{}.json", std::process::id()));
     std::fs::write(&path, tok.to_json().unwrap()).unwrap();
-    let file = sluice::engine::model::GgufFile::open(&common::model_path()).unwrap();
+    let file = sluice::engine::GgufFile::open(&common::model_path()).unwrap();
     let from_json =
         sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&path)).expect("tokenizer.json loads");
     let _ = std::fs::remove_file(&path);
@@ -119,38 +128,38 @@ fn a_tokenizer_json_gives_the_same_ids() {
 
 #[test]
 fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
-    let (model, _) = load();
     println!("kernel level: {:?}", Simd::current());
     let r = reference();
-    let jobs: Vec<Job> = entries(&r)
+    let jobs: Vec<(Vec<u32>, usize)> = entries(&r)
         .iter()
         .map(|(_, e)| {
             let n = e["reference"]["greedy_ids"].as_array().unwrap().len();
-            greedy_job(ids(&e["tokens"]), n)
+            (ids(&e["tokens"]), n)
         })
         .collect();
 
-    // Alone: one sequence per run, in slot 0.
-    let alone: Vec<Output> = jobs
+    // Alone: one request at a time through an engine with one slot.
+    let one = engine(1);
+    let alone: Vec<Vec<TokenEvent>> = jobs
         .iter()
-        .map(|j| {
-            let mut kv = slab(&model, 1, 256);
-            batch::run(&model, &mut kv, std::slice::from_ref(j)).remove(0)
-        })
+        .map(|(p, n)| tokens(one.submit(greedy(p.clone(), *n)).unwrap()))
         .collect();
+    drop(one);
 
     let n_raw = r["raw"].as_array().unwrap().len();
     let result = json!({
-        "raw": alone[..n_raw].iter().map(as_json).collect::<Vec<_>>(),
-        "chat": alone[n_raw..].iter().map(as_json).collect::<Vec<_>>(),
+        "raw": alone[..n_raw].iter().map(|o| as_json(o)).collect::<Vec<_>>(),
+        "chat": alone[n_raw..].iter().map(|o| as_json(o)).collect::<Vec<_>>(),
     });
     let path = std::env::temp_dir().join(format!("sluice-greedy-{}.json", std::process::id()));
     std::fs::write(&path, result.to_string()).unwrap();
-    let tool = shared_dir().join("tools/logprobs_close.py");
+    let tool = data_dir().join("logprobs_close.py");
+    let golden = data_dir().join("smollm2-q4_1.json");
     for against in ["llamacpp", "reference"] {
         let out = Command::new("python3")
             .arg(&tool)
             .arg(&path)
+            .arg(&golden)
             .args(["--against", against])
             .output()
             .expect("python3 runs");
@@ -165,16 +174,22 @@ fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
             );
         }
     }
+    let _ = std::fs::remove_file(&path);
 
     if std::env::var_os("SLUICE_REFERENCE_ALONE_ONLY").is_some() {
         return;
     }
-    // Batched: all twenty prompts of different lengths in one prefill and decode batch,
-    // each in a different slot, must give the same tokens as alone (E7).
-    let mut kv = slab(&model, jobs.len(), 256);
-    let together = batch::run(&model, &mut kv, &jobs);
-    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
-        assert_eq!(a.ids, b.ids, "prompt {i}: batched differs from alone");
+    // Batched: all twenty prompts of different lengths submitted at once to an engine
+    // with a slot each, so they share prefill and decode batches: the same tokens as alone.
+    let all = engine(jobs.len());
+    let streams: Vec<EventStream> = jobs
+        .iter()
+        .map(|(p, n)| all.submit(greedy(p.clone(), *n)).unwrap())
+        .collect();
+    for (i, (a, rx)) in alone.iter().zip(streams).enumerate() {
+        let b = tokens(rx);
+        let ids = |o: &[TokenEvent]| o.iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(a), ids(&b), "prompt {i}: batched differs from alone");
     }
 }
 

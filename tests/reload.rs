@@ -68,7 +68,7 @@ fn variant() -> PathBuf {
 fn url() -> &'static str {
     server_with(|c| {
         c.admin_token = Some(TOKEN.into());
-        c.model_dirs = vec![dir(), model_path().parent().unwrap().to_path_buf()];
+        c.reload_dirs = vec![dir(), model_path().parent().unwrap().to_path_buf()];
         c.slots = 16;
     })
 }
@@ -140,23 +140,29 @@ async fn stream(max_tokens: usize) -> Result<String, String> {
     Err(format!("no [DONE]: {body}"))
 }
 
-/// What a fresh server on `path` answers greedily: the same batch code path in process.
+/// What a fresh engine on `path` answers greedily, in process.
 fn fresh(path: &Path, max_tokens: usize) -> String {
-    use sluice::engine::batch::{self, Job};
-    let file = sluice::engine::model::GgufFile::open(path).unwrap();
-    let model = sluice::engine::model::Model::from_file(&file).unwrap();
-    let tok = sluice::tokenizer::Tokenizer::from_gguf(&file, None).unwrap();
-    let c = &model.config;
-    let mut kv = sluice::engine::kv::KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 1, 256);
-    let job = Job {
-        prompt: tok.encode(PROMPT).unwrap(),
-        max_tokens,
-        params: Default::default(),
-        stop_ids: tok.end_ids.clone(),
-        top_logprobs: 0,
+    use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
+    let loaded = sluice::load_model(path, None).unwrap();
+    let tok = std::sync::Arc::new(loaded.tokenizer);
+    let config = EngineConfig {
+        slots: 1,
+        context: 256,
+        ..EngineConfig::default()
     };
-    let out = batch::run(&model, &mut kv, &[job]).remove(0);
-    tok.decode(&out.ids).unwrap()
+    let engine = EngineHandle::start(loaded.model, tok.clone(), config);
+    let mut req = ValidRequest::greedy(tok.encode(PROMPT).unwrap(), max_tokens);
+    req.stop_ids = tok.end_ids.clone();
+    let mut rx = engine.submit(req).unwrap();
+    let mut ids = Vec::new();
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Token(t)) => ids.push(t.id),
+            Some(Event::Done(_)) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    tok.decode(&ids).unwrap()
 }
 
 fn refusal(status: u16, body: &Value, want: u16, needle: &str) {
@@ -179,7 +185,7 @@ async fn reloads_swap_weights_without_losing_anything() {
     let (s, w) = admin("/admin/weights", None, Some(TOKEN)).await;
     assert_eq!(s, 200);
     assert_eq!(w["current"]["version"], "v1");
-    let (sha, size) = sluice::checkpoint::digest(&base).unwrap();
+    let (sha, size) = sluice::engine::checkpoint::digest(&base).unwrap();
     assert_eq!(w["current"]["sha256"], sha.as_str());
     assert_eq!(w["current"]["size_bytes"], size);
     assert!(w["previous"].is_null());
@@ -264,11 +270,11 @@ async fn reloads_swap_weights_without_losing_anything() {
     let (new, fp) = greedy(24).await;
     assert_eq!(fp, "v2");
     assert_ne!(new, old, "the scaled checkpoint answers differently");
-    assert_eq!(
-        new,
-        fresh(&var, 24),
-        "same as a fresh server on the new file"
-    );
+    let v = var.clone();
+    let fresh_new = tokio::task::spawn_blocking(move || fresh(&v, 24))
+        .await
+        .unwrap();
+    assert_eq!(new, fresh_new, "same as a fresh server on the new file");
 
     // wait: requests in flight all finish with old-weights output, then the swap.
     let (long_new, _) = greedy(48).await;

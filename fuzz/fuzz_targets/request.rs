@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use sluice::http::json::parse;
-use sluice::http::openai::types::{ChatRequest, CompletionRequest};
+use sluice::api::{ChatRequest, CompletionRequest};
 use sluice::tokenizer::Tokenizer;
 use sluice::validation::{self, Limits};
 
@@ -18,7 +18,7 @@ fn tokenizer() -> &'static Tokenizer {
         let path = std::env::var_os("SLUICE_MODEL")
             .map(Into::into)
             .unwrap_or_else(sluice::config::default_model_path);
-        let file = sluice::engine::model::GgufFile::open(&path).expect("scripts/fetch-model first");
+        let file = sluice::engine::GgufFile::open(&path).expect("scripts/fetch-model first");
         Tokenizer::from_gguf(&file, None).expect("tokenizer")
     })
 }
@@ -26,11 +26,11 @@ fn tokenizer() -> &'static Tokenizer {
 fuzz_target!(|data: &[u8]| {
     let limits = Limits::for_context(2048);
     let tok = tokenizer();
-    let check = |e: sluice::error::ApiError| assert!(e.status.is_client_error(), "{e:?}");
+    let check = |e: sluice::error::ApiError| assert!(e.status().is_client_error(), "{e:?}");
     match parse::<CompletionRequest>(data) {
         Ok(r) => {
             if let Err(e) = validation::completion(&r, tok, &limits, "m") {
-                check(e)
+                check(e.into())
             }
         }
         Err(e) => check(e),
@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
     match parse::<ChatRequest>(data) {
         Ok(r) => {
             if let Err(e) = validation::chat(&r, tok, &limits, "m") {
-                check(e)
+                check(e.into())
             }
         }
         Err(e) => check(e),

@@ -1,14 +1,14 @@
-//! `sluice generate`: one greedy or seeded-sampled continuation, printed.
+//! `sluice generate`: one greedy or seeded-sampled continuation, printed. It runs through
+//! the engine handle exactly as a served request does.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::{Context, bail};
-use sluice::engine::batch::{self, Job};
-use sluice::engine::kv::KvSlab;
-use sluice::engine::model::{GgufFile, Model};
+use anyhow::bail;
+use sluice::config::default_model_path;
 use sluice::engine::sampling::SamplingParams;
-use sluice::tokenizer::{ChatMessage, Tokenizer};
+use sluice::engine::{ChatMessage, EngineConfig, EngineHandle, Event, Loaded, ValidRequest};
 
 /// Options of `sluice generate`.
 #[derive(clap::Args)]
@@ -47,64 +47,75 @@ pub struct Args {
     #[arg(long)]
     ids: bool,
     /// Print JSON: generated ids and the top-N log-probabilities of every step.
-    #[arg(long, value_name = "N")]
-    logprobs: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=100))]
+    logprobs: Option<u16>,
 }
 
-/// Runs `sluice generate`.
+/// Runs `sluice generate` through the engine, as the server does.
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let path = a.model.unwrap_or_else(sluice::config::default_model_path);
-    let file = GgufFile::open(&path)
-        .with_context(|| format!("loading {} (run scripts/fetch-model?)", path.display()))?;
-    let model = Model::from_file(&file)?;
-    let tok = Tokenizer::from_gguf(&file, a.tokenizer.as_deref())?;
+    let path = a.model.unwrap_or_else(default_model_path);
+    let Loaded {
+        model, tokenizer, ..
+    } = sluice::load_model(&path, a.tokenizer.as_deref())?;
     let text = match (a.prompt, a.chat) {
         (Some(p), _) => p,
-        (None, Some(c)) => tok.apply_chat_template(&[ChatMessage {
+        (None, Some(c)) => tokenizer.apply_chat_template(&[ChatMessage {
             role: "user".into(),
             content: c,
         }])?,
         (None, None) => bail!("give --prompt or --chat"),
     };
-    let prompt = tok.encode(&text)?;
+    let prompt = tokenizer.encode(&text)?;
     if prompt.is_empty() {
         bail!("the prompt has no tokens");
     }
-    let context = prompt.len() + a.max_tokens + 1;
-    let c = &model.config;
-    let mut kv = KvSlab::new(c.n_layers, c.n_kv_heads, c.head_dim, 1, context);
-    let job = Job {
-        prompt,
-        max_tokens: a.max_tokens,
-        params: SamplingParams {
-            temperature: a.temperature,
-            top_p: a.top_p,
-            top_k: a.top_k,
-            seed: a.seed,
-            ..Default::default()
-        },
-        stop_ids: if a.ignore_eos {
-            Vec::new()
-        } else {
-            tok.end_ids.clone()
-        },
-        top_logprobs: a.logprobs.unwrap_or(0),
+    if a.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    let tokenizer = Arc::new(tokenizer);
+    let config = EngineConfig {
+        slots: 1,
+        context: prompt.len() + a.max_tokens,
+        ..EngineConfig::default()
     };
-    let out = batch::run(&model, &mut kv, &[job]).remove(0);
+    let engine = EngineHandle::start(model, tokenizer.clone(), config);
+    let mut req = ValidRequest::greedy(prompt, a.max_tokens);
+    req.params = SamplingParams {
+        temperature: a.temperature,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        seed: a.seed,
+        ..Default::default()
+    };
+    if !a.ignore_eos {
+        req.stop_ids = tokenizer.end_ids.clone();
+    }
+    req.logprobs = a.logprobs.map(usize::from);
+    req.route = "generate";
+    let mut rx = engine.submit(req)?;
+    let mut tokens = Vec::new();
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Token(t)) => tokens.push(t),
+            Some(Event::Done(_)) => break,
+            Some(Event::Error(e)) => return Err(e.into()),
+            None => bail!("the engine stopped"),
+        }
+    }
+    let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
     let mut stdout = std::io::stdout().lock();
     if a.logprobs.is_some() {
-        let steps: Vec<_> = out
-            .steps
+        let steps: Vec<_> = tokens
             .iter()
-            .map(|s| serde_json::json!({"id": s.token, "logprob": s.logprob, "top": s.top}))
+            .map(|s| serde_json::json!({"id": s.id, "logprob": s.logprob, "top": s.top}))
             .collect();
-        let v = serde_json::json!({"greedy_ids": out.ids, "steps": steps});
+        let v = serde_json::json!({"greedy_ids": ids, "steps": steps});
         writeln!(stdout, "{v}")?;
     } else if a.ids {
-        let ids: Vec<String> = out.ids.iter().map(u32::to_string).collect();
+        let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
         writeln!(stdout, "{}", ids.join(" "))?;
     } else {
-        writeln!(stdout, "{}", tok.decode(&out.ids)?)?;
+        writeln!(stdout, "{}", tokenizer.decode(&ids)?)?;
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API.
-    Serve(Box<sluice::config::ServeConfig>),
+    Serve(Box<sluice::config::ServeArgs>),
     /// Print a continuation of a prompt or a chat message.
     Generate(generate::Args),
     /// Print the OpenAPI description of the HTTP API (JSON).

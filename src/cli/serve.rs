@@ -1,6 +1,6 @@
 //! `sluice serve`: the HTTP server.
 
-use sluice::config::ServeConfig;
+use sluice::config::ServeArgs;
 
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -19,17 +19,19 @@ fn init_logs(format: &str) {
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
-pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
-    init_logs(&cfg.log_format);
-    cfg.validate()?;
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    init_logs(&config.log_format);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let addr = format!("{}:{}", cfg.host, cfg.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await?;
-        tracing::info!(model = %cfg.model_name(), address = %listener.local_addr()?, "listening; loading the model");
-        sluice::server::serve(listener, cfg, shutdown_signal()).await
+        let addr = config.http.address.clone();
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("listening on {addr}: {e}"))?;
+        tracing::info!(model = %config.model.name, address = %listener.local_addr()?, "listening; loading the model");
+        sluice::run(listener, config, shutdown_signal()).await
     })
 }
 

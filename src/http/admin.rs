@@ -1,6 +1,7 @@
-//! The admin API (E20, E21): `POST /admin/reload` swaps in new weights without a restart,
-//! `GET /admin/weights` describes the weights in use. Mounted only when an admin token is
-//! configured; every request needs `Authorization: Bearer <token>`.
+//! The admin API: `POST /admin/reload` swaps in new weights without a restart,
+//! `GET /admin/weights` describes the weights in use (docs/ARCHITECTURE.md, "Weight
+//! reload"). Mounted only when an admin token is configured; every request needs
+//! `Authorization: Bearer <token>`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -10,15 +11,46 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
-use serde::{Deserialize, Serialize};
+use sluice_engine::SubmitError;
+use sluice_engine::checkpoint::{self, Checkpoint, CheckpointError, ResolveError, Signature};
 use tracing::{info, warn};
 
 use super::AppState;
 use super::auth::{bearer, same};
 use super::json::Json;
-use crate::checkpoint::{self, Checkpoint, CheckpointError, ResolveError, Signature};
-use crate::engine::ReloadMode;
-use crate::error::ApiError;
+use crate::api::admin::{ReloadRequest, ReloadResponse, WeightsInfo};
+use crate::error::{ApiError, HttpError};
+
+/// Why a reload was refused; the old weights keep serving.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReloadError {
+    /// A field of the request.
+    #[error("{message}")]
+    Invalid {
+        /// The field.
+        param: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The path does not exist.
+    #[error("{0}")]
+    Missing(String),
+    /// The path resolves outside every reload directory.
+    #[error("{0}")]
+    Outside(String),
+    /// The file cannot replace the running model (the first mismatch named).
+    #[error("{0}")]
+    Incompatible(String),
+    /// Another reload is in progress.
+    #[error("another reload is in progress")]
+    InProgress,
+    /// The engine's command queue is full or the engine is down.
+    #[error(transparent)]
+    Busy(SubmitError),
+    /// The engine stopped before swapping.
+    #[error("the engine stopped before swapping")]
+    EngineStopped,
+}
 
 /// Admin configuration and the record of loaded checkpoints.
 pub struct Admin {
@@ -58,47 +90,6 @@ impl Admin {
     }
 }
 
-/// Body of `POST /admin/reload`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReloadRequest {
-    /// GGUF file to load, inside one of the `--model-dir` directories.
-    #[schema(example = "/models/SmolLM2-135M-Instruct.Q4_1.gguf")]
-    pub path: String,
-    /// What happens to requests in flight (default `wait`).
-    #[serde(default)]
-    pub mode: ReloadMode,
-    /// Label for the new weights (default `v<N>`), reported as `system_fingerprint`.
-    pub version: Option<String>,
-}
-
-/// Result of a reload.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ReloadResponse {
-    /// The new weights.
-    pub weights: Checkpoint,
-    /// Version that was replaced.
-    pub previous_version: String,
-    /// Mode used.
-    pub mode: ReloadMode,
-    /// Milliseconds the engine paused between two steps to swap.
-    pub pause_ms: f64,
-    /// Milliseconds from the engine receiving the weights to the swap (in `wait` mode:
-    /// in-flight requests finishing).
-    pub waited_ms: f64,
-    /// Requests ended by `abort`.
-    pub aborted: usize,
-}
-
-/// Body of `GET /admin/weights`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct WeightsInfo {
-    /// The weights in use.
-    pub current: Checkpoint,
-    /// The weights they replaced, if any.
-    pub previous: Option<Checkpoint>,
-}
-
 /// The admin routes, behind the bearer-token check.
 pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
@@ -111,9 +102,9 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Result<Res
     let admin = s
         .admin
         .as_ref()
-        .ok_or_else(|| ApiError::route_not_found(req.uri().path()))?;
+        .ok_or_else(|| HttpError::RouteNotFound(req.uri().path().to_string()))?;
     if !same(bearer(&req).as_bytes(), admin.token.as_bytes()) {
-        return Err(ApiError::unauthorized("missing or wrong admin token"));
+        return Err(HttpError::Unauthorized("missing or wrong admin token").into());
     }
     Ok(next.run(req).await)
 }
@@ -121,7 +112,7 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Result<Res
 fn admin(s: &AppState) -> Result<&Arc<Admin>, ApiError> {
     s.admin
         .as_ref()
-        .ok_or_else(|| ApiError::route_not_found("/admin"))
+        .ok_or_else(|| HttpError::RouteNotFound("/admin".into()).into())
 }
 
 /// Describes the weights in use and the ones they replaced.
@@ -130,13 +121,16 @@ fn admin(s: &AppState) -> Result<&Arc<Admin>, ApiError> {
     path = "/admin/weights",
     tag = "admin",
     security(("admin_token" = [])),
-    responses((status = 200, body = WeightsInfo), (status = 401, body = crate::http::openai::types::ErrorResponse))
+    responses((status = 200, body = WeightsInfo), (status = 401, body = crate::api::ErrorResponse))
 )]
 pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo>, ApiError> {
-    let r = admin(&s)?.record.lock().expect("admin record");
+    let r = admin(&s)?
+        .record
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     Ok(axum::Json(WeightsInfo {
-        current: r.current.clone(),
-        previous: r.previous.clone(),
+        current: r.current.clone().into(),
+        previous: r.previous.clone().map(Into::into),
     }))
 }
 
@@ -150,13 +144,13 @@ pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo
     request_body = ReloadRequest,
     responses(
         (status = 200, body = ReloadResponse),
-        (status = 400, description = "Bad request body or version", body = crate::http::openai::types::ErrorResponse),
-        (status = 401, description = "Missing or wrong admin token", body = crate::http::openai::types::ErrorResponse),
-        (status = 403, description = "Path outside the model directories", body = crate::http::openai::types::ErrorResponse),
-        (status = 404, description = "No such file", body = crate::http::openai::types::ErrorResponse),
-        (status = 409, description = "Another reload is in progress", body = crate::http::openai::types::ErrorResponse),
-        (status = 422, description = "Not a compatible checkpoint (first mismatch named)", body = crate::http::openai::types::ErrorResponse),
-        (status = 503, description = "Engine down", body = crate::http::openai::types::ErrorResponse),
+        (status = 400, description = "Bad request body or version", body = crate::api::ErrorResponse),
+        (status = 401, description = "Missing or wrong admin token", body = crate::api::ErrorResponse),
+        (status = 403, description = "Path outside the model directories", body = crate::api::ErrorResponse),
+        (status = 404, description = "No such file", body = crate::api::ErrorResponse),
+        (status = 409, description = "Another reload is in progress", body = crate::api::ErrorResponse),
+        (status = 422, description = "Not a compatible checkpoint (first mismatch named)", body = crate::api::ErrorResponse),
+        (status = 503, description = "Engine down", body = crate::api::ErrorResponse),
     )
 )]
 pub async fn reload(
@@ -167,9 +161,9 @@ pub async fn reload(
     let admin = admin(&s)?.clone();
     let Ok(_busy) = admin.busy.try_lock() else {
         outcome("conflict");
-        return Err(ApiError::conflict("another reload is in progress"));
+        return Err(ReloadError::InProgress.into());
     };
-    let result = run_reload(&s, &admin, req).await;
+    let result = run_reload(&s, &admin, req).await.map_err(ApiError::from);
     match &result {
         Ok(r) => {
             outcome("success");
@@ -177,7 +171,7 @@ pub async fn reload(
         }
         Err(e) => {
             outcome("refused");
-            warn!(status = e.status.as_u16(), error = %e.message, "reload refused");
+            warn!(status = e.status().as_u16(), error = %e, "reload refused");
         }
     }
     result.map(axum::Json)
@@ -187,45 +181,48 @@ async fn run_reload(
     s: &AppState,
     admin: &Arc<Admin>,
     req: ReloadRequest,
-) -> Result<ReloadResponse, ApiError> {
+) -> Result<ReloadResponse, ReloadError> {
     let (signature, previous, n) = {
-        let r = admin.record.lock().expect("admin record");
+        let r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
         (r.signature.clone(), r.current.clone(), r.reloads)
     };
     let version = req.version.unwrap_or_else(|| format!("v{}", n + 2));
     if version.is_empty() || version.len() > 64 || !version.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(ApiError::invalid(
-            "version",
-            "version must be 1-64 visible ASCII characters",
-        ));
+        return Err(ReloadError::Invalid {
+            param: "version",
+            message: "version must be 1-64 visible ASCII characters".into(),
+        });
     }
     let path = checkpoint::resolve(&admin.roots, &req.path).map_err(|e| match e {
-        ResolveError::Missing(m) => ApiError::not_found("path", m),
-        ResolveError::Outside(m) => ApiError::forbidden("path", m),
+        ResolveError::Missing(m) => ReloadError::Missing(m),
+        ResolveError::Outside(m) => ReloadError::Outside(m),
     })?;
     let v = version.clone();
-    let (weights, info) =
-        tokio::task::spawn_blocking(move || checkpoint::prepare(&path, &signature, &v))
-            .await
-            .map_err(|e| ApiError::internal(format!("loading the checkpoint: {e}")))?
-            .map_err(|e| match e {
-                CheckpointError::Unreadable(m) => ApiError::invalid("path", m),
-                CheckpointError::Incompatible(m) => ApiError::incompatible("path", m),
-            })?;
-    let rx = s.engine.reload(weights, version, req.mode)?;
-    let swapped = rx
+    let (model, info) = super::off_thread(move || checkpoint::prepare(&path, &signature, &v))
         .await
-        .map_err(|_| ApiError::unavailable("the engine stopped before swapping"))?;
+        .map_err(|e| match e {
+            CheckpointError::Unreadable(m) => ReloadError::Invalid {
+                param: "path",
+                message: m,
+            },
+            CheckpointError::Incompatible(m) => ReloadError::Incompatible(m),
+        })?;
+    let mode = req.mode.into();
+    let rx = s
+        .engine
+        .reload(model, version, mode)
+        .map_err(ReloadError::Busy)?;
+    let swapped = rx.await.map_err(|_| ReloadError::EngineStopped)?;
     let (pause, waited, aborted) = (swapped.pause, swapped.waited, swapped.aborted);
     // The old weights are freed off the engine thread and the async workers.
     tokio::task::spawn_blocking(move || drop(swapped.old));
     {
-        let mut r = admin.record.lock().expect("admin record");
+        let mut r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
         r.previous = Some(std::mem::replace(&mut r.current, info.clone()));
         r.reloads += 1;
     }
     Ok(ReloadResponse {
-        weights: info,
+        weights: info.into(),
         previous_version: previous.version,
         mode: req.mode,
         pause_ms: pause.as_secs_f64() * 1e3,

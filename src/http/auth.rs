@@ -7,7 +7,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, HttpError};
 
 /// Compares in time independent of where the inputs differ.
 pub fn same(a: &[u8], b: &[u8]) -> bool {
@@ -37,9 +37,10 @@ pub async fn api_key(
             .iter()
             .fold(false, |ok, k| same(given, k.as_bytes()) | ok);
         if !ok {
-            return Err(ApiError::unauthorized(
+            return Err(HttpError::Unauthorized(
                 "missing or invalid API key: send Authorization: Bearer <key>",
-            ));
+            )
+            .into());
         }
     }
     Ok(next.run(req).await)

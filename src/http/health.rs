@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::AppState;
 #[allow(unused_imports)]
-use super::openai::types::{ErrorResponse, Status};
-use crate::error::ApiError;
+use crate::api::{ErrorResponse, Status};
+use crate::error::{ApiError, HttpError};
 
 /// Liveness: 200 while the engine thread runs, 503 once it has died.
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
@@ -20,7 +20,7 @@ pub async fn health(State(s): State<AppState>) -> Response {
     if s.engine.is_alive() {
         axum::Json(json!({"status": "ok"})).into_response()
     } else {
-        ApiError::unavailable("the engine thread has stopped").into_response()
+        ApiError::from(sluice_engine::EngineError::Died).into_response()
     }
 }
 
@@ -28,10 +28,10 @@ pub async fn health(State(s): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
 pub async fn ready(State(s): State<AppState>) -> Response {
     if !s.engine.is_alive() {
-        return ApiError::unavailable("not ready: the engine thread has stopped").into_response();
+        return ApiError::from(HttpError::NotReady("the engine thread has stopped")).into_response();
     }
     if s.draining.load(Ordering::SeqCst) {
-        return ApiError::unavailable("not ready: the server is shutting down").into_response();
+        return ApiError::from(HttpError::NotReady("the server is shutting down")).into_response();
     }
     axum::Json(json!({"status": "ready"})).into_response()
 }
@@ -58,12 +58,12 @@ pub async fn track(State(s): State<AppState>, req: Request, next: Next) -> Respo
         .unwrap_or_else(|| "unmatched".into());
     let start = Instant::now();
     let resp = next.run(req).await;
-    let m = s.engine.metrics();
+    let m = &s.http_metrics;
     let status = resp.status();
-    m.http_requests
+    m.requests
         .with_label_values(&[&route, status.as_str()])
         .inc();
-    m.http_duration
+    m.duration
         .with_label_values(&[&route, status.as_str()])
         .observe(start.elapsed().as_secs_f64());
     resp

@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, HttpError};
 
 /// A deserialised JSON body.
 pub struct Json<T>(pub T);
@@ -17,18 +17,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| ApiError {
-                status: e.status(),
-                message: match e.status().as_u16() {
-                    413 => "the request body is larger than the server's limit".to_string(),
-                    _ => e.body_text(),
-                },
-                param: None,
-                code: Some(if e.status().as_u16() == 413 {
-                    "body_too_large"
-                } else {
-                    "invalid_body"
-                }),
+            .map_err(|e| match e.status().as_u16() {
+                413 => HttpError::BodyTooLarge,
+                _ => HttpError::UnreadableBody(e.body_text()),
             })?;
         parse(&bytes).map(Json)
     }
@@ -41,7 +32,11 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
-            return ApiError::bad_request(format!("malformed JSON body: {inner}"));
+            return HttpError::Json {
+                param: None,
+                message: format!("malformed JSON body: {inner}"),
+            }
+            .into();
         }
         let field = Some(path)
             .filter(|p| p != "." && !p.is_empty())
@@ -50,20 +45,29 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             Some(f) => format!("invalid request body: `{f}`: {inner}"),
             None => format!("invalid request body: {inner}"),
         };
-        ApiError {
+        HttpError::Json {
             param: field,
-            ..ApiError::bad_request(message)
+            message,
         }
+        .into()
     })
 }
 
+/// Most keys `blame` tries: each try re-reads the body, so the cap keeps the error path
+/// linear in the body size.
+const BLAME_KEYS: usize = 16;
+
 /// Finds the top-level field at fault when serde could not say (fields inside
 /// `#[serde(flatten)]` lose their path): the one whose removal fixes the body or turns the
-/// error into "missing field" for that very field. Runs only on the error path.
+/// error into "missing field" for that very field. Runs only on the error path, and only
+/// for bodies with at most `BLAME_KEYS` keys.
 fn blame<T: DeserializeOwned>(bytes: &[u8]) -> Option<String> {
     let serde_json::Value::Object(map) = serde_json::from_slice(bytes).ok()? else {
         return None;
     };
+    if map.len() > BLAME_KEYS {
+        return None;
+    }
     let without = |k: &String| {
         let mut m = map.clone();
         m.remove(k);

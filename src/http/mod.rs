@@ -1,4 +1,4 @@
-//! The HTTP layer: routes, shared state and the server entry point.
+//! The HTTP layer: routes and the state every handler shares.
 
 pub mod admin;
 pub mod auth;
@@ -9,7 +9,7 @@ pub mod openapi;
 pub mod request_id;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -22,9 +22,11 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
 use utoipa_scalar::{Scalar, Servable};
 
-use crate::engine::EngineHandle;
-use crate::error::ApiError;
-use crate::tokenizer::Tokenizer;
+use sluice_engine::{EngineHandle, Tokenizer};
+use tokio::sync::watch;
+
+use crate::error::{ApiError, HttpError};
+use crate::metrics::HttpMetrics;
 use crate::validation::Limits;
 
 /// What every handler can reach. Cheap to clone.
@@ -42,6 +44,11 @@ pub struct AppState {
     pub started: u64,
     /// Set when the server stops taking requests (`/ready` turns 503).
     pub draining: Arc<AtomicBool>,
+    /// Turns true when the shutdown grace period has run out: open streams end with an
+    /// error chunk and waiting answers with 503.
+    pub deadline: Arc<watch::Sender<bool>>,
+    /// The HTTP layer's metrics.
+    pub http_metrics: HttpMetrics,
     /// The admin API, when an admin token is configured.
     pub admin: Option<Arc<admin::Admin>>,
     /// API keys accepted on `/v1/*` and the tokenizer routes (empty: open).
@@ -59,12 +66,14 @@ impl AppState {
         limits: Limits,
     ) -> Self {
         Self {
+            http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
             tokenizer,
             model_name: model_name.into(),
             limits: Arc::new(limits),
             started: unix_now(),
             draining: Arc::new(AtomicBool::new(false)),
+            deadline: Arc::new(watch::Sender::new(false)),
             admin: None,
             api_keys: Arc::new(Vec::new()),
             cors_origins: Arc::new(Vec::new()),
@@ -75,10 +84,24 @@ impl AppState {
 impl AppState {
     /// Refuses new generation work while the server drains.
     pub fn check_open(&self) -> Result<(), ApiError> {
-        if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(ApiError::unavailable("the server is shutting down"));
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(HttpError::Draining.into());
         }
         Ok(())
+    }
+}
+
+/// Runs CPU-bound request work (tokenisation, chat templates) on the blocking pool so the
+/// async workers keep serving; a panic in it is re-raised here, where the panic layer
+/// turns it into a 500.
+pub async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: only when the runtime itself is going away.
+            Err(e) => panic!("a blocking task was cancelled: {e}"),
+        },
     }
 }
 
@@ -91,7 +114,7 @@ pub fn unix_now() -> u64 {
 }
 
 async fn not_found(uri: Uri) -> ApiError {
-    ApiError::route_not_found(uri.path())
+    HttpError::RouteNotFound(uri.path().to_string()).into()
 }
 
 /// All routes. `body_limit` caps request bodies (413 beyond it).
@@ -145,7 +168,7 @@ fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Res
         .or_else(|| err.downcast_ref::<&str>().copied())
         .unwrap_or("a panic");
     tracing::error!(panic = what, "handler panicked");
-    ApiError::internal("internal error while handling the request").into_response()
+    ApiError::from(HttpError::Panicked).into_response()
 }
 
 /// CORS for the configured origins (none: the layer adds nothing).

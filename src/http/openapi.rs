@@ -3,8 +3,9 @@
 
 use utoipa::OpenApi;
 
-use super::openai::types::*;
 use super::{admin, health, openai};
+use crate::api::admin::{CheckpointInfo, Mode, ReloadRequest, ReloadResponse, WeightsInfo};
+use crate::api::*;
 
 /// The API description.
 #[derive(OpenApi)]
@@ -33,8 +34,8 @@ use super::{admin, health, openai};
         CompletionLogprobs, ChatResponse, ChatChoice, ChatMessageOut, ChatLogprobs,
         ChatTokenLogprob, TopLogprob, ChatChunk, ChatChunkChoice, ChatDelta, Usage, ModelList,
         ModelCard, TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse,
-        ErrorResponse, ErrorDetail, Status, admin::ReloadRequest, admin::ReloadResponse,
-        admin::WeightsInfo, crate::checkpoint::Checkpoint, crate::engine::ReloadMode,
+        ErrorResponse, ErrorDetail, Status, ReloadRequest, ReloadResponse, WeightsInfo,
+        CheckpointInfo, Mode,
     )),
     modifiers(&AdminToken),
     tags(

@@ -1,10 +1,13 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use sluice::engine::model::{GgufFile, Model};
-use sluice::tokenizer::Tokenizer;
+use sluice::engine::{EngineHandle, Loaded};
 
 /// The default model, fetched by `scripts/fetch-model` (the test command runs it first).
 pub fn model_path() -> PathBuf {
@@ -13,28 +16,22 @@ pub fn model_path() -> PathBuf {
         .unwrap_or_else(sluice::config::default_model_path)
 }
 
-/// `../shared` beside the repository, or `$SLUICE_SHARED`.
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("SLUICE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+/// `tests/data`: the golden data the tests read (see its README).
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
 /// The golden reference file for the default model.
 pub fn reference() -> serde_json::Value {
-    let p = shared_dir().join("reference/smollm2-q4_1.json");
+    let p = data_dir().join("smollm2-q4_1.json");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).expect("reference json parses")
 }
 
 /// The default model and its tokenizer.
-pub fn load() -> (Model, Tokenizer) {
-    let p = model_path();
-    let file = GgufFile::open(&p)
-        .unwrap_or_else(|e| panic!("{e}: run scripts/fetch-model before the tests"));
-    let model = Model::from_file(&file).expect("model loads");
-    let tok = Tokenizer::from_gguf(&file, None).expect("tokenizer builds");
-    (model, tok)
+pub fn load() -> Loaded {
+    sluice::load_model(&model_path(), None)
+        .unwrap_or_else(|e| panic!("{e:#}: run scripts/fetch-model before the tests"))
 }
 
 /// Token ids of a JSON array.
@@ -46,70 +43,202 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-static ENGINE: std::sync::OnceLock<sluice::engine::EngineHandle> = std::sync::OnceLock::new();
+static ENGINE: OnceLock<EngineHandle> = OnceLock::new();
 
 /// The engine behind the test server (to watch its slots).
-pub fn engine() -> &'static sluice::engine::EngineHandle {
+pub fn engine() -> &'static EngineHandle {
     server();
     ENGINE.get().expect("server started")
 }
 
 /// A real sluice server on 127.0.0.1 with the real model, started once per test binary
-/// on its own thread and runtime. Returns its base URL.
+/// on its own thread and runtime through `sluice::run_with`, the production entry point.
+/// Returns its base URL once the model is loaded and warm.
 pub fn server() -> &'static str {
     server_with(|_| {})
 }
 
-/// Like `server`, with configuration changes (applied only by the first caller).
-pub fn server_with(tweak: impl FnOnce(&mut sluice::config::ServeConfig)) -> &'static str {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// Like `server`, with flag changes (applied only by the first caller).
+pub fn server_with(tweak: impl FnOnce(&mut sluice::config::ServeArgs)) -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| {
-        let mut cfg = serve_config();
-        tweak(&mut cfg);
-        let state = sluice::start(&cfg).expect("server state");
-        let _ = ENGINE.set(state.engine.clone());
+        let mut args = serve_args();
+        tweak(&mut args);
+        let config = args.config().expect("a valid test configuration");
         let (tx, rx) = std::sync::mpsc::channel();
-        let body_limit = cfg.max_body_bytes;
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().expect("runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                     .await
                     .expect("bind");
-                tx.send(listener.local_addr().expect("addr"))
-                    .expect("send addr");
-                sluice::run(listener, state, body_limit, std::future::pending())
+                let addr = listener.local_addr().expect("addr");
+                let ready = move |s: &sluice::http::AppState| {
+                    let _ = ENGINE.set(s.engine.clone());
+                    let _ = tx.send(addr);
+                };
+                sluice::run_with(listener, config, std::future::pending(), ready)
                     .await
                     .expect("serve");
             });
         });
-        format!("http://{}", rx.recv().expect("server address"))
+        let addr = rx.recv().expect("the test server loads its model");
+        format!("http://{addr}")
     })
 }
 
-/// The serve configuration tests start from: the default model, small limits.
-pub fn serve_config() -> sluice::config::ServeConfig {
+/// The flags tests start from: the default model, small limits.
+pub fn serve_args() -> sluice::config::ServeArgs {
     use clap::Parser;
     #[derive(Parser)]
     struct Wrap {
         #[command(flatten)]
-        cfg: sluice::config::ServeConfig,
+        args: sluice::config::ServeArgs,
     }
-    let mut cfg = Wrap::parse_from(["sluice"]).cfg;
-    cfg.model = Some(model_path());
-    cfg.slots = 8;
-    cfg.context = 1024;
-    cfg.max_body_bytes = 64 * 1024;
-    cfg
+    let mut args = Wrap::parse_from(["sluice"]).args;
+    args.model = Some(model_path());
+    args.slots = 8;
+    args.context = 1024;
+    args.max_body_bytes = 64 * 1024;
+    args
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A `sluice serve` child process on a port of its own choosing. Dropping it kills the
+/// process, so a failing test never leaves a server behind.
+pub struct Spawned {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, once the server listens.
+    pub base: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Spawned {
+    /// Starts `sluice <args>` with `--port 0` and `envs`, and waits until it listens (it
+    /// logs its address; the model may still be loading).
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Spawned {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(args)
+            .args(["--port", "0"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if !envs.iter().any(|(k, _)| *k == "SLUICE_MODEL") {
+            cmd.env("SLUICE_MODEL", model_path());
+        }
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("sluice starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(addr) = address(&line) {
+                        let _ = tx.send(addr);
+                    }
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        let mut spawned = Spawned {
+            child,
+            base: String::new(),
+            lines,
+        };
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => spawned.base = format!("http://{addr}"),
+            Err(_) => panic!("no address logged: {:?}", spawned.log()),
+        }
+        spawned
+    }
+
+    /// Starts the server as `start` does and waits until `/ready` answers 200.
+    pub async fn ready(args: &[&str], envs: &[(&str, &str)]) -> Spawned {
+        let s = Spawned::start(args, envs);
+        for _ in 0..1200 {
+            if let Ok(r) = reqwest::get(format!("{}/ready", s.base)).await
+                && r.status() == 200
+            {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("not ready after 120 s: {:?}", s.log());
+    }
+
+    /// Every line the process has written to stderr so far.
+    pub fn log(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "SIGTERM delivered");
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child process killed when dropped (when its test fails too).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `address=` field of the "listening" log line, text or JSON.
+fn address(line: &str) -> Option<String> {
+    if !line.contains("listening") {
+        return None;
+    }
+    let at = line.find("address")? + "address".len();
+    let rest = line[at..].trim_start_matches(['=', '"', ':']);
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    addr.contains(':').then_some(addr)
+}
+
+/// Runs `sluice <args>` to completion: (exit success, stdout, stderr).
+pub fn run_sluice(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("sluice runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// GET `url` and parse the JSON body.
@@ -133,4 +262,14 @@ pub async fn post_json(url: &str, body: &serde_json::Value) -> serde_json::Value
         .json()
         .await
         .expect("JSON body")
+}
+
+/// A port on 127.0.0.1 that was free a moment ago (for programs that cannot be told to
+/// pick their own and report it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

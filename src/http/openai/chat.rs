@@ -6,15 +6,14 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
-use super::types::{
+use crate::api::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
     ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
 };
-use crate::engine::{Finish, TokenEvent};
+use sluice_engine::{Finish, TokenEvent, Tokenizer};
 use crate::error::ApiError;
-use crate::http::AppState;
+use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
-use crate::tokenizer::Tokenizer;
 use crate::validation;
 
 /// Logprobs of `tokens` in the chat format.
@@ -127,7 +126,9 @@ pub async fn handle(
     Json(r): Json<ChatRequest>,
 ) -> Result<Response, ApiError> {
     s.check_open()?;
-    let v = validation::chat(&r, &s.tokenizer, &s.limits, &s.model_name)?;
+    let st = s.clone();
+    let v = off_thread(move || validation::chat(&r, &st.tokenizer, &st.limits, &st.model_name))
+        .await?;
     let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let id = request_id("chatcmpl");
@@ -148,9 +149,10 @@ pub async fn handle(
             choices: streams.len(),
             want_logprobs,
         };
-        return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
+        let shutdown = s.deadline.subscribe();
+        return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
     }
-    let choices = run::collect(streams).await?;
+    let choices = run::collect(streams, s.deadline.subscribe()).await?;
     let finishes = run::finishes(&choices);
     run::log_summary(&finishes, v.n);
     let mut resp = ChatResponse {

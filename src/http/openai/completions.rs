@@ -7,15 +7,14 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
-use super::types::{
+use crate::api::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, GenerationErrors,
     Usage,
 };
-use crate::engine::{Finish, TokenEvent};
+use sluice_engine::{Finish, TokenEvent, Tokenizer};
 use crate::error::ApiError;
-use crate::http::AppState;
+use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
-use crate::tokenizer::Tokenizer;
 use crate::validation;
 
 /// Logprobs of `tokens` in the completions format, offsets counted from `offset`.
@@ -119,7 +118,11 @@ pub async fn handle(
     Json(r): Json<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     s.check_open()?;
-    let v = validation::completion(&r, &s.tokenizer, &s.limits, &s.model_name)?;
+    let st = s.clone();
+    let v = off_thread(move || {
+        validation::completion(&r, &st.tokenizer, &st.limits, &st.model_name)
+    })
+    .await?;
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let mut base = CompletionResponse {
         id: request_id("cmpl"),
@@ -144,9 +147,10 @@ pub async fn handle(
             want_logprobs,
             offsets: HashMap::new(),
         };
-        return Ok(run::sse(streams, maker, v.n, v.include_usage).into_response());
+        let shutdown = s.deadline.subscribe();
+        return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
     }
-    let choices = run::collect(streams).await?;
+    let choices = run::collect(streams, s.deadline.subscribe()).await?;
     let finishes = run::finishes(&choices);
     run::log_summary(&finishes, v.n);
     for (i, c) in choices.iter().enumerate() {

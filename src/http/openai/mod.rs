@@ -5,4 +5,4 @@ pub mod completions;
 pub mod models;
 mod run;
 pub mod tokenize;
-pub mod types;
+

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 
-use super::types::{ErrorResponse, ModelCard, ModelList};
+use crate::api::{ErrorResponse, ModelCard, ModelList};
 use crate::error::ApiError;
 use crate::http::AppState;
 
@@ -40,7 +40,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
     if id != *s.model_name {
-        return Err(ApiError::model_not_found(&id));
+        return Err(crate::validation::ValidationError::ModelNotFound(id).into());
     }
     Ok(Json(card(&s)))
 }

@@ -8,10 +8,13 @@ use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::types::Usage;
-use crate::engine::{EngineHandle, Event, EventStream, Finish, TokenEvent, ValidRequest};
+use sluice_engine::{
+    EngineError, EngineHandle, Event, EventStream, Finish, TokenEvent, Tokenizer, ValidRequest,
+};
+use tokio::sync::watch;
+
+use crate::api::Usage;
 use crate::error::ApiError;
-use crate::tokenizer::Tokenizer;
 
 /// Everything one finished choice produced.
 #[derive(Clone, Debug)]
@@ -58,18 +61,29 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
                     finish,
                 });
             }
-            Event::Error(m) => return Err(ApiError::internal(m)),
-            Event::TimedOut(secs) => return Err(ApiError::timeout(secs)),
+            Event::Error(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::unavailable(
-        "the engine stopped before the answer was complete",
-    ))
+    Err(EngineError::Died.into())
 }
 
-/// Waits for every choice to finish.
-pub async fn collect(streams: Vec<EventStream>) -> Result<Vec<Choice>, ApiError> {
-    futures::future::try_join_all(streams.into_iter().map(collect_one)).await
+/// Resolves when the shutdown grace period has run out.
+async fn deadline(mut rx: watch::Receiver<bool>) {
+    if rx.wait_for(|passed| *passed).await.is_err() {
+        // The sender lives as long as the server state: no deadline without it.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Waits for every choice to finish (or for the shutdown deadline: 503).
+pub async fn collect(
+    streams: Vec<EventStream>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Vec<Choice>, ApiError> {
+    tokio::select! {
+        r = futures::future::try_join_all(streams.into_iter().map(collect_one)) => r,
+        _ = deadline(shutdown) => Err(EngineError::ShuttingDown.into()),
+    }
 }
 
 /// Usage over choices laid out as `prompt * n + i`: the prompt counted once per prompt.
@@ -133,13 +147,15 @@ pub trait ChunkMaker: Send + 'static {
 }
 
 /// Streams every choice as SSE: the maker's chunks, an optional usage chunk, then
-/// `data: [DONE]`. An engine error becomes one error chunk, then the stream ends. When the
-/// client goes away the pump stops and drops the event streams, cancelling the requests.
+/// `data: [DONE]`. An engine error, or the shutdown deadline, becomes one error chunk,
+/// then the stream ends. When the client goes away the pump stops and drops the event
+/// streams, cancelling the requests.
 pub fn sse<M: ChunkMaker>(
     streams: Vec<EventStream>,
     mut maker: M,
     n: usize,
     include_usage: bool,
+    shutdown: watch::Receiver<bool>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
     let span = tracing::Span::current();
@@ -158,9 +174,12 @@ pub fn sse<M: ChunkMaker>(
                 }
             }
             let mut finishes = Vec::new();
+            let shutdown = deadline(shutdown);
+            tokio::pin!(shutdown);
             while finishes.len() < total {
                 let next = tokio::select! {
                     _ = tx.closed() => return,
+                    _ = &mut shutdown => Some((0, Event::Error(EngineError::ShuttingDown))),
                     next = merged.next() => next,
                 };
                 let chunk = match next {
@@ -170,28 +189,14 @@ pub fn sse<M: ChunkMaker>(
                         finishes.push((i, f));
                         Some(c)
                     }
-                    Some((_, Event::Error(m))) => {
-                        let _ = tx
-                            .send(
-                                SseEvent::default().data(ApiError::internal(m).body().to_string()),
-                            )
-                            .await;
-                        return;
-                    }
-                    Some((_, Event::TimedOut(secs))) => {
-                        let e = ApiError::timeout(secs);
-                        let _ = tx
-                            .send(SseEvent::default().data(e.body().to_string()))
-                            .await;
+                    Some((_, Event::Error(e))) => {
+                        let body = ApiError::from(e).body().to_string();
+                        let _ = tx.send(SseEvent::default().data(body)).await;
                         return;
                     }
                     None => {
-                        let e = ApiError::unavailable(
-                            "the engine stopped before the answer was complete",
-                        );
-                        let _ = tx
-                            .send(SseEvent::default().data(e.body().to_string()))
-                            .await;
+                        let body = ApiError::from(EngineError::Died).body().to_string();
+                        let _ = tx.send(SseEvent::default().data(body)).await;
                         return;
                     }
                 };

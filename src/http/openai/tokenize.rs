@@ -2,13 +2,13 @@
 
 use axum::extract::State;
 
-use super::types::{
+use crate::api::{
     DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
 };
 use crate::error::ApiError;
-use crate::http::AppState;
+use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
-use crate::validation::{check_model, messages};
+use crate::validation::{ValidationError, check_model, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.
 #[utoipa::path(
@@ -23,23 +23,28 @@ pub async fn tokenize(
     Json(r): Json<TokenizeRequest>,
 ) -> Result<axum::Json<TokenizeResponse>, ApiError> {
     check_model(r.model.as_deref(), &s.model_name)?;
-    let text = match (&r.prompt, &r.messages) {
-        (Some(p), None) => p.clone(),
-        (None, Some(m)) => s.tokenizer.apply_chat_template(&messages(m)?)?,
-        _ => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "give exactly one of `prompt` and `messages`",
-            ));
-        }
-    };
-    crate::failpoint::check("handler-panic", &text);
-    let tokens = s.tokenizer.encode(&text)?;
-    Ok(axum::Json(TokenizeResponse {
-        count: tokens.len(),
-        max_model_len: s.limits.context,
-        tokens,
-    }))
+    let st = s.clone();
+    off_thread(move || {
+        let text = match (&r.prompt, &r.messages) {
+            (Some(p), None) => p.clone(),
+            (None, Some(m)) => st.tokenizer.apply_chat_template(&messages(m)?)?,
+            _ => {
+                return Err(ValidationError::invalid(
+                    "prompt",
+                    "give exactly one of `prompt` and `messages`",
+                )
+                .into());
+            }
+        };
+        sluice_engine::failpoint::check("handler-panic", &text);
+        let tokens = st.tokenizer.encode(&text)?;
+        Ok(axum::Json(TokenizeResponse {
+            count: tokens.len(),
+            max_model_len: st.limits.context,
+            tokens,
+        }))
+    })
+    .await
 }
 
 /// Text of token ids.
@@ -60,12 +65,13 @@ pub async fn detokenize(
         .iter()
         .find(|&&t| t as usize >= s.tokenizer.vocab_size)
     {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "tokens",
             format!("token id {t} is outside the vocabulary"),
-        ));
+        )
+        .into());
     }
-    Ok(axum::Json(DetokenizeResponse {
-        prompt: s.tokenizer.decode(&r.tokens)?,
-    }))
+    let st = s.clone();
+    let prompt = off_thread(move || st.tokenizer.decode(&r.tokens)).await?;
+    Ok(axum::Json(DetokenizeResponse { prompt }))
 }

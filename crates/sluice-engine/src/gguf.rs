@@ -1,0 +1,187 @@
+//! Reading a GGUF file: memory-mapped, metadata through candle's `gguf_file` reader.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::gguf_file::{Content, Value};
+use memmap2::Mmap;
+
+/// Why a model file cannot be opened or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file cannot be opened (missing, unreadable).
+    #[error("cannot open model file {path}: {source}")]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not GGUF, or its header is damaged.
+    #[error("{path} is not a readable GGUF file: {reason}")]
+    NotGguf {
+        /// The path.
+        path: PathBuf,
+        /// What the reader found.
+        reason: String,
+    },
+    /// `general.architecture` names a family sluice does not implement.
+    #[error(
+        "unsupported model architecture `{found}` (general.architecture); sluice runs: {}",
+        supported.join(", ")
+    )]
+    Architecture {
+        /// What the file says.
+        found: String,
+        /// What sluice runs.
+        supported: Vec<&'static str>,
+    },
+    /// A tensor's data cannot be used (type without kernel, bad size).
+    #[error("tensor `{name}`: {source}")]
+    Tensor {
+        /// The tensor.
+        name: String,
+        /// Why.
+        source: sluice_kernels::LinearError,
+    },
+    /// A metadata key is missing or of the wrong type.
+    #[error("metadata key `{0}` is missing or has the wrong type")]
+    Metadata(String),
+    /// A tensor the architecture needs is missing.
+    #[error("tensor `{0}` is missing")]
+    MissingTensor(String),
+    /// A tensor has the wrong shape.
+    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    Shape {
+        /// The tensor.
+        name: String,
+        /// Its shape.
+        found: Vec<usize>,
+        /// The shape the hyper-parameters imply.
+        expected: Vec<usize>,
+    },
+    /// The vocabulary, tokenizer or chat template cannot be built.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+}
+
+/// An open GGUF file: its parsed header and the memory map holding the tensor data.
+pub struct GgufFile {
+    /// Path the file was opened from.
+    pub path: PathBuf,
+    /// Header: metadata and tensor directory.
+    pub content: Content,
+    mmap: Mmap,
+}
+
+impl GgufFile {
+    /// Memory-maps `path` and parses its header.
+    pub fn open(path: &Path) -> Result<Self, ModelError> {
+        let file = File::open(path).map_err(|source| ModelError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // SAFETY: the one `unsafe` outside sluice-kernels. The map is read-only; a model file
+        // being rewritten underneath a running server is outside what we can defend
+        // against, as for every mmap-based loader.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let content =
+            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| ModelError::NotGguf {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+            mmap,
+        })
+    }
+
+    /// All metadata entries.
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
+    /// A metadata value, or an error naming the key.
+    pub fn get(&self, key: &str) -> Result<&Value, ModelError> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| ModelError::Metadata(key.to_string()))
+    }
+
+    /// A string metadata value.
+    pub fn get_str(&self, key: &str) -> Result<&str, ModelError> {
+        self.get(key)?
+            .to_string()
+            .map(|s| s.as_str())
+            .map_err(|_| ModelError::Metadata(key.to_string()))
+    }
+
+    /// An unsigned integer metadata value of any width.
+    pub fn get_u64(&self, key: &str) -> Result<u64, ModelError> {
+        let v = self.get(key)?;
+        let n = match v {
+            Value::U8(x) => *x as u64,
+            Value::U16(x) => *x as u64,
+            Value::U32(x) => *x as u64,
+            Value::U64(x) => *x,
+            Value::I8(x) if *x >= 0 => *x as u64,
+            Value::I16(x) if *x >= 0 => *x as u64,
+            Value::I32(x) if *x >= 0 => *x as u64,
+            Value::I64(x) if *x >= 0 => *x as u64,
+            _ => return Err(ModelError::Metadata(key.to_string())),
+        };
+        Ok(n)
+    }
+
+    /// A float metadata value.
+    pub fn get_f32(&self, key: &str) -> Result<f32, ModelError> {
+        match self.get(key)? {
+            Value::F32(x) => Ok(*x),
+            Value::F64(x) => Ok(*x as f32),
+            _ => Err(ModelError::Metadata(key.to_string())),
+        }
+    }
+
+    /// A boolean metadata value.
+    pub fn get_bool(&self, key: &str) -> Result<bool, ModelError> {
+        self.get(key)?
+            .to_bool()
+            .map_err(|_| ModelError::Metadata(key.to_string()))
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// The tensor's quantisation type, its shape (outermost dimension first, as candle
+    /// reports it) and its raw bytes inside the memory map.
+    pub fn tensor(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, &[u8]), ModelError> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let dims = info.shape.dims().to_vec();
+        let elems: usize = dims.iter().product();
+        let dtype = info.ggml_dtype;
+        let bytes = elems / dtype.block_size() * dtype.type_size();
+        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        let data = self
+            .mmap
+            .get(start..start + bytes)
+            .ok_or_else(|| ModelError::NotGguf {
+                path: self.path.clone(),
+                reason: format!("tensor `{name}` lies past the end of the file"),
+            })?;
+        Ok((dtype, dims, data))
+    }
+}

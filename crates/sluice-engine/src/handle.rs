@@ -1,0 +1,391 @@
+//! The engine's public face: start the worker thread, submit requests, watch its state.
+//! (docs/ARCHITECTURE.md, "Threads and channels")
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::metrics::Metrics;
+use crate::model::Model;
+use crate::reload::{ReloadMode, Swap, Swapped};
+use crate::request::{EngineError, Event, ValidRequest};
+use crate::tokenizer::Tokenizer;
+use crate::worker::Worker;
+
+/// Engine sizing and policy.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Concurrent sequences (KV slab rows).
+    pub slots: usize,
+    /// Positions per slot: prompt + generated tokens of one sequence.
+    pub context: usize,
+    /// Smallest prompt bucket.
+    pub min_bucket: usize,
+    /// Token budget of one prefill batch (bucket x rows).
+    pub max_prefill_tokens: usize,
+    /// Requests allowed to wait for a slot; beyond it submissions are refused.
+    pub max_queued: usize,
+    /// Prompt tokens allowed to wait in the queue (0: no budget).
+    pub max_queued_tokens: usize,
+    /// Whole-request deadline, queue time included (`None`: no deadline).
+    pub request_timeout: Option<std::time::Duration>,
+    /// Label of the loaded weights (reported as `system_fingerprint`).
+    pub weights_version: String,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            slots: 32,
+            context: 2048,
+            min_bucket: 16,
+            max_prefill_tokens: 4096,
+            max_queued: 256,
+            max_queued_tokens: 0,
+            request_timeout: None,
+            weights_version: "v1".into(),
+        }
+    }
+}
+
+/// Why a submission was refused. Only what the engine alone can know: the client's
+/// fields were checked by validation before.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue is full: retry later.
+    #[error("the server is at capacity ({0} requests waiting); retry later")]
+    QueueFull(usize),
+    /// The queue holds its budget of prompt tokens: retry later.
+    #[error("the server is at capacity ({0} prompt tokens waiting); retry later")]
+    QueuedTokens(usize),
+    /// prompt + max_tokens does not fit a slot (validation checks this first; the engine
+    /// refuses it again so that no caller can overrun the slab).
+    #[error(
+        "this request needs {prompt} prompt tokens + {max_tokens} max_tokens = {} tokens, \
+         more than the context of {context} tokens",
+        prompt + max_tokens
+    )]
+    TooLong {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Requested new tokens.
+        max_tokens: usize,
+        /// The engine's context.
+        context: usize,
+    },
+    /// The prompt has no tokens, or `max_tokens` is 0.
+    #[error("the request has an empty prompt or asks for no tokens")]
+    Empty,
+    /// The engine thread is gone.
+    #[error("the engine is not running")]
+    EngineDown,
+}
+
+impl SubmitError {
+    /// Label for `sluice_requests_rejected_total{reason}`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SubmitError::QueueFull(_) => "queue_full",
+            SubmitError::QueuedTokens(_) => "queued_tokens",
+            SubmitError::TooLong { .. } => "context_length",
+            SubmitError::Empty => "empty",
+            SubmitError::EngineDown => "engine_down",
+        }
+    }
+}
+
+/// Work sent to the engine thread.
+pub(crate) enum Command {
+    Submit(Queued),
+    Swap(Swap),
+}
+
+/// A request between submission and admission.
+pub(crate) struct Queued {
+    pub req: ValidRequest,
+    pub tx: EventSender,
+    pub submitted: Instant,
+    /// Holds the request's place in the queue counters until admission or drop.
+    pub _permit: QueuePermit,
+}
+
+/// State shared between the handle and the worker.
+pub(crate) struct Shared {
+    pub waiting: AtomicUsize,
+    pub running: AtomicUsize,
+    pub alive: AtomicBool,
+    pub prefill_tokens: AtomicUsize,
+    pub padding_tokens: AtomicUsize,
+    /// Prompt tokens of the waiting requests.
+    pub queued_tokens: AtomicUsize,
+    /// Label of the weights in use.
+    pub version: RwLock<Arc<str>>,
+    /// Address of the KV slab (unchanged for the engine's lifetime).
+    pub kv_base: AtomicUsize,
+    /// Requests submitted and not yet ended (queued or running).
+    pub in_flight: watch::Sender<usize>,
+}
+
+/// A place in the queue: counted in `waiting` and `queued_tokens` from a successful
+/// submission until it is dropped (admitted, cancelled, timed out, or lost with the
+/// engine), so no path can leak a count.
+pub(crate) struct QueuePermit {
+    shared: Arc<Shared>,
+    tokens: usize,
+}
+
+impl Drop for QueuePermit {
+    fn drop(&mut self) {
+        self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.shared
+            .queued_tokens
+            .fetch_sub(self.tokens, Ordering::SeqCst);
+    }
+}
+
+/// The engine's end of a request's event channel. It counts the request as in flight for
+/// as long as it lives, and if it is dropped by a panicking engine thread it marks the
+/// engine dead *before* the client can see the channel close or the error it sends, so
+/// `/health` already answers 503 when a client hears of the failure.
+pub(crate) struct EventSender {
+    tx: mpsc::Sender<Event>,
+    shared: Arc<Shared>,
+}
+
+impl EventSender {
+    /// Sends without blocking; the channel has room for every event of the request, so
+    /// this fails only when the client has gone (handled at the next step boundary).
+    pub fn send(&self, ev: Event) {
+        let _ = self.tx.try_send(ev);
+    }
+
+    /// Whether the client has gone away.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl Drop for EventSender {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.shared.alive.store(false, Ordering::SeqCst);
+            let _ = self.tx.try_send(Event::Error(EngineError::Died));
+        }
+        self.shared.in_flight.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A cheap, cloneable way to reach the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: SyncSender<Command>,
+    shared: Arc<Shared>,
+    config: Arc<EngineConfig>,
+    metrics: Arc<Metrics>,
+}
+
+/// The events of one request. Dropping it cancels the request.
+pub type EventStream = mpsc::Receiver<Event>;
+
+impl EngineHandle {
+    /// Starts the engine thread on `model`, with metrics of its own.
+    pub fn start(model: Box<dyn Model>, tokenizer: Arc<Tokenizer>, config: EngineConfig) -> Self {
+        let metrics = Arc::new(Metrics::new(config.slots, &model.shape().arch));
+        Self::start_with_metrics(model, tokenizer, config, metrics)
+    }
+
+    /// Starts the engine thread on `model`, reporting to `metrics`.
+    pub fn start_with_metrics(
+        model: Box<dyn Model>,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let (tx, rx) = sync_channel(config.max_queued.max(1));
+        let shared = Arc::new(Shared {
+            waiting: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            alive: AtomicBool::new(true),
+            prefill_tokens: AtomicUsize::new(0),
+            padding_tokens: AtomicUsize::new(0),
+            queued_tokens: AtomicUsize::new(0),
+            version: RwLock::new(config.weights_version.as_str().into()),
+            kv_base: AtomicUsize::new(0),
+            in_flight: watch::Sender::new(0),
+        });
+        let handle = EngineHandle {
+            tx,
+            shared: shared.clone(),
+            config: Arc::new(config.clone()),
+            metrics: metrics.clone(),
+        };
+        std::thread::Builder::new()
+            .name("sluice-engine".into())
+            .spawn(move || {
+                let alive = AliveGuard(shared.clone());
+                Worker::new(model, tokenizer, config, shared, metrics).run(rx);
+                drop(alive);
+            })
+            .expect("the engine thread starts (a failure here is fatal at start-up)");
+        handle
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Label of the weights in use now (`system_fingerprint`).
+    pub fn weights_version(&self) -> Arc<str> {
+        self.shared
+            .version
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Address of the KV slab: the same for the engine's lifetime (reloads included).
+    pub fn kv_base(&self) -> usize {
+        self.shared.kv_base.load(Ordering::SeqCst)
+    }
+
+    /// Hands a new model (already checked against the running one) to the engine, to be
+    /// swapped in at a step boundary according to `mode`. The reply comes once swapped.
+    pub fn reload(
+        &self,
+        model: Box<dyn Model>,
+        version: String,
+        mode: ReloadMode,
+    ) -> Result<oneshot::Receiver<Swapped>, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let swap = Swap {
+            model,
+            version,
+            mode,
+            reply,
+            requested: Instant::now(),
+        };
+        match self.tx.try_send(Command::Swap(swap)) {
+            Ok(()) => Ok(rx),
+            Err(TrySendError::Full(_)) => Err(SubmitError::QueueFull(self.config.max_queued)),
+            Err(TrySendError::Disconnected(_)) => Err(SubmitError::EngineDown),
+        }
+    }
+
+    /// The metrics the engine reports to.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Queues a request. Refuses at once when it cannot fit or the queue is full.
+    pub fn submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
+        let r = self.try_submit(req);
+        if let Err(e) = &r {
+            self.metrics.rejected.with_label_values(&[e.reason()]).inc();
+        }
+        r
+    }
+
+    fn try_submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
+        if req.prompt.is_empty() || req.max_tokens == 0 {
+            return Err(SubmitError::Empty);
+        }
+        let context = self.config.context;
+        if req.prompt.len() + req.max_tokens > context {
+            return Err(SubmitError::TooLong {
+                prompt: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                context,
+            });
+        }
+        if !self.is_alive() {
+            return Err(SubmitError::EngineDown);
+        }
+        let permit = self.permit(req.prompt.len())?;
+        // Room for every token, the final event and an error: sends never block the engine.
+        let (tx, rx) = mpsc::channel(req.max_tokens + 2);
+        self.shared.in_flight.send_modify(|n| *n += 1);
+        let tx = EventSender {
+            tx,
+            shared: self.shared.clone(),
+        };
+        let cmd = Command::Submit(Queued {
+            req,
+            tx,
+            submitted: Instant::now(),
+            _permit: permit,
+        });
+        match self.tx.try_send(cmd) {
+            Ok(()) => Ok(rx),
+            Err(TrySendError::Full(_)) => Err(SubmitError::QueueFull(self.config.max_queued)),
+            Err(TrySendError::Disconnected(_)) => Err(SubmitError::EngineDown),
+        }
+    }
+
+    /// A place in the queue for a prompt of `len` tokens, if the limits allow.
+    fn permit(&self, len: usize) -> Result<QueuePermit, SubmitError> {
+        let max = self.config.max_queued;
+        let s = &self.shared;
+        s.waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w < max).then_some(w + 1)
+            })
+            .map_err(|_| SubmitError::QueueFull(max))?;
+        let budget = self.config.max_queued_tokens;
+        let took = s
+            .queued_tokens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| {
+                (budget == 0 || q + len <= budget).then_some(q + len)
+            });
+        if took.is_err() {
+            s.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueuedTokens(budget));
+        }
+        Ok(QueuePermit {
+            shared: s.clone(),
+            tokens: len,
+        })
+    }
+
+    /// Requests waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Sequences running in slots.
+    pub fn running(&self) -> usize {
+        self.shared.running.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once no request is queued or running (at once if none is). The engine
+    /// signals it when the last request's channel is dropped: no polling.
+    pub async fn idle(&self) {
+        let mut rx = self.shared.in_flight.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Real prompt tokens prefilled and padding tokens their bucket shapes carried, so far.
+    pub fn prefill_token_counts(&self) -> (usize, usize) {
+        (
+            self.shared.prefill_tokens.load(Ordering::SeqCst),
+            self.shared.padding_tokens.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Whether the engine thread is still running.
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// Marks the engine dead when its thread ends, by return or by panic.
+struct AliveGuard(Arc<Shared>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,62 @@
+//! sluice's engine: everything between a validated request and its tokens, with no HTTP.
+//!
+//! - Loading: [`gguf`] (the memory-mapped file), [`model`] (the architecture registry and
+//!   the shared blocks), [`tokenizer`] (vocabulary, chat template, incremental decoding),
+//!   [`checkpoint`] (what a reload may swap in). [`load`] does all of it for one file.
+//! - Running: [`EngineHandle::start`] spawns the engine thread, which alone owns the
+//!   model, the KV slab ([`kv`]) and the slots; [`EngineHandle::submit`] queues a
+//!   [`ValidRequest`] and returns its stream of [`Event`]s. Scheduling policy is pure
+//!   ([`scheduler`]); sampling is per request ([`sampling`]).
+//!
+//! docs/ARCHITECTURE.md describes the data path and the rules the engine keeps.
+
+pub mod checkpoint;
+pub mod failpoint;
+pub mod gguf;
+mod handle;
+pub mod kv;
+pub mod metrics;
+pub mod model;
+mod reload;
+mod request;
+pub mod sampling;
+pub mod scheduler;
+mod sequence;
+mod slots;
+mod stops;
+pub mod tokenizer;
+mod worker;
+#[cfg(test)]
+mod worker_tests;
+
+use std::path::Path;
+
+pub use gguf::{GgufFile, ModelError};
+pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
+pub use model::{Model, Shape, TokenRow};
+pub use reload::{ReloadMode, Swapped};
+pub use request::{EngineError, Event, Finish, FinishReason, TokenEvent, ValidRequest};
+pub use tokenizer::{ChatMessage, Tokenizer, TokenizerError};
+
+/// A model file loaded and ready to start an engine on.
+pub struct Loaded {
+    /// The model.
+    pub model: Box<dyn Model>,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The open file (its header, for checkpoint signatures).
+    pub file: GgufFile,
+}
+
+/// Opens a GGUF model file and builds its model and tokenizer (`tokenizer_json` replaces
+/// the GGUF vocabulary when given). Every failure names its cause.
+pub fn load(path: &Path, tokenizer_json: Option<&Path>) -> Result<Loaded, ModelError> {
+    let file = GgufFile::open(path)?;
+    let model = model::load(&file)?;
+    let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json)?;
+    Ok(Loaded {
+        model,
+        tokenizer,
+        file,
+    })
+}

@@ -1,0 +1,152 @@
+//! The attention block: Q/K/V projections (optional bias), optional per-head QK-norm,
+//! RoPE, the KV slab write, attention over the slot's live positions (optional sliding
+//! window and logit soft-capping, any head size), and the output projection.
+
+use rayon::prelude::*;
+use sluice_kernels::{Attn, Input, QLinear, attend_group};
+
+use super::TokenRow;
+use super::blocks::{RmsNorm, Rope};
+use crate::kv::KvSlab;
+
+/// Options that differ between architectures.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttentionOptions {
+    /// Attend to at most this many most recent positions (sliding-window layers).
+    pub window: Option<usize>,
+    /// Soft-cap the scores: `cap * tanh(s / cap)`.
+    pub softcap: Option<f32>,
+    /// Score scale; `None` is `1/sqrt(head_dim)`.
+    pub scale: Option<f32>,
+}
+
+/// One layer's attention weights and settings.
+pub struct Attention {
+    /// Query projection (`n_heads * head_dim` outputs).
+    pub wq: QLinear,
+    /// Key projection (`n_kv_heads * head_dim` outputs).
+    pub wk: QLinear,
+    /// Value projection.
+    pub wv: QLinear,
+    /// Output projection.
+    pub wo: QLinear,
+    /// Q/K/V biases (Qwen 2).
+    pub bias: Option<[Vec<f32>; 3]>,
+    /// Per-head norms of queries and keys before RoPE (Qwen 3, Gemma 3).
+    pub qk_norm: Option<[RmsNorm; 2]>,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (a divisor of `n_heads`).
+    pub n_kv_heads: usize,
+    /// Size of one head.
+    pub head_dim: usize,
+    /// Rotary embedding of this layer.
+    pub rope: Rope,
+    /// Window, soft-cap, scale.
+    pub options: AttentionOptions,
+}
+
+/// Scratch buffers for `n` rows.
+pub struct AttnScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    /// The block's output, `n x dim`.
+    pub out: Vec<f32>,
+}
+
+fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        for (a, b) in row.iter_mut().zip(b) {
+            *a += b;
+        }
+    }
+}
+
+impl Attention {
+    /// Scratch for `n` rows.
+    pub fn scratch(&self, n: usize) -> AttnScratch {
+        let (q, kv) = (self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim);
+        AttnScratch {
+            q: vec![0f32; n * q],
+            k: vec![0f32; n * kv],
+            v: vec![0f32; n * kv],
+            att: vec![0f32; n * q],
+            out: vec![0f32; n * self.wo.rows],
+        }
+    }
+
+    /// Attention of layer `layer` for the normalised rows `h`, into `s.out` (`n x dim`).
+    /// `cs` is this layer's RoPE table for `rows`.
+    pub fn forward(
+        &self,
+        kv: &mut KvSlab,
+        layer: usize,
+        rows: &[TokenRow],
+        cs: &[(f32, f32)],
+        h: &[f32],
+        s: &mut AttnScratch,
+    ) {
+        let n = rows.len();
+        let hd = self.head_dim;
+        let (q_dim, kv_dim) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let input = Input::new(h, n);
+        self.wq.matmul_input(&input, &mut s.q);
+        self.wk.matmul_input(&input, &mut s.k);
+        self.wv.matmul_input(&input, &mut s.v);
+        if let Some([bq, bk, bv]) = &self.bias {
+            add_bias(&mut s.q, bq);
+            add_bias(&mut s.k, bk);
+            add_bias(&mut s.v, bv);
+        }
+        if let Some([qn, kn]) = &self.qk_norm {
+            qn.rows_in_place(&mut s.q);
+            kn.rows_in_place(&mut s.k);
+        }
+        let half = self.rope.pairs();
+        for (i, r) in rows.iter().enumerate() {
+            let t = &cs[i * half..(i + 1) * half];
+            self.rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, t);
+            self.rope.apply(&mut s.k[i * kv_dim..(i + 1) * kv_dim], hd, t);
+            kv.write(
+                layer,
+                r.slot,
+                r.pos,
+                &s.k[i * kv_dim..(i + 1) * kv_dim],
+                &s.v[i * kv_dim..(i + 1) * kv_dim],
+            );
+        }
+        self.attend(kv, layer, rows, &s.q, &mut s.att);
+        self.wo.matmul(&s.att, n, &mut s.out);
+    }
+
+    /// Scaled dot-product attention of every (row, KV head group) over its slot's
+    /// positions `0..=pos` (the last `window` of them for sliding-window layers).
+    fn attend(&self, kv: &KvSlab, layer: usize, rows: &[TokenRow], q: &[f32], out: &mut [f32]) {
+        let hd = self.head_dim;
+        let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);
+        let group = heads / kv_heads;
+        let scale = self.options.scale.unwrap_or(1.0 / (hd as f32).sqrt());
+        out.par_chunks_mut(group * hd).enumerate().for_each_init(
+            Vec::new,
+            |scores: &mut Vec<f32>, (idx, o)| {
+                let (i, kvh) = (idx / kv_heads, idx % kv_heads);
+                let r = rows[i];
+                let len = r.pos + 1;
+                let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
+                let a = Attn {
+                    q: &q[(i * heads + kvh * group) * hd..][..group * hd],
+                    hd,
+                    keys_t,
+                    stride: kv.stride,
+                    values,
+                    scale,
+                    start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
+                    softcap: self.options.softcap,
+                };
+                attend_group(&a, scores, o);
+            },
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The decoder-only transformer every architecture is built as: embeddings, then per
+//! layer `x += attn(norm(x))` and `x += mlp(norm(x))` (with optional extra norms after
+//! each block, as Gemma has), then the final norm and the output head.
+//!
+//! Prefill and decode are the same computation: prefill passes every real token of the
+//! prompts (padding is never computed, so it never becomes a key), decode passes one token
+//! per running slot. Each row's keys and values are written into its slot of the slab
+//! before attention, and each row attends to positions `0..=pos` of its own slot: causal
+//! within a prompt and bounded by the live length (docs/ARCHITECTURE.md, "The forward
+//! pass").
+
+use sluice_kernels::QLinear;
+
+use super::attention::Attention;
+use super::blocks::{Mlp, RmsNorm, Rope};
+use super::{Model, Shape, TokenRow, pool};
+use crate::kv::KvSlab;
+
+/// One transformer block.
+pub struct Layer {
+    /// Norm before attention.
+    pub attn_norm: RmsNorm,
+    /// The attention block.
+    pub attn: Attention,
+    /// Norm of the attention output before the residual add (Gemma 2/3).
+    pub post_attn_norm: Option<RmsNorm>,
+    /// Norm before the MLP.
+    pub ffn_norm: RmsNorm,
+    /// The feed-forward block.
+    pub mlp: Mlp,
+    /// Norm of the MLP output before the residual add (Gemma 2/3).
+    pub post_ffn_norm: Option<RmsNorm>,
+}
+
+/// A loaded decoder-only model.
+pub struct Decoder {
+    /// Shape the engine sizes the KV slab by.
+    pub shape: Shape,
+    /// Token embeddings (`vocab x dim`).
+    pub embed: QLinear,
+    /// Factor applied to embeddings (Gemma: `sqrt(dim)`).
+    pub embed_scale: Option<f32>,
+    /// The blocks.
+    pub layers: Vec<Layer>,
+    /// Final norm.
+    pub out_norm: RmsNorm,
+    /// Output head; `None` when tied to the embedding table.
+    pub head: Option<QLinear>,
+    /// Soft-cap of the final logits (Gemma 2).
+    pub final_softcap: Option<f32>,
+}
+
+impl Model for Decoder {
+    fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+        // The whole pass runs on a worker of the compute pool: its parallel loops then
+        // split work with the other workers directly instead of each one being injected
+        // from outside the pool and waited for (hundreds of wake-ups per token).
+        pool().install(|| self.forward_rows(kv, rows, want))
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+impl Decoder {
+    fn forward_rows(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+        let n = rows.len();
+        let dim = self.embed.cols;
+        let mut x = vec![0f32; n * dim];
+        for (r, xr) in rows.iter().zip(x.chunks_exact_mut(dim)) {
+            self.embed.row(r.token as usize, xr);
+            if let Some(s) = self.embed_scale {
+                xr.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+        // RoPE tables, one per distinct rotary setting (layers usually share one).
+        let mut tables: Vec<(&Rope, Vec<(f32, f32)>)> = Vec::new();
+        let mut h = vec![0f32; n * dim];
+        let mut mlp_out = vec![0f32; n * dim];
+        let (Some(first), true) = (self.layers.first(), n > 0) else {
+            return Vec::new();
+        };
+        let mut attn = first.attn.scratch(n);
+        let mut mlp = first.mlp.scratch(n);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let rope = &layer.attn.rope;
+            let t = match tables.iter().position(|(r, _)| *r == rope) {
+                Some(i) => i,
+                None => {
+                    tables.push((rope, rope.table(rows)));
+                    tables.len() - 1
+                }
+            };
+            layer.attn_norm.rows(&x, &mut h);
+            layer
+                .attn
+                .forward(kv, l, rows, &tables[t].1, &h, &mut attn);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.rows_in_place(&mut attn.out);
+            }
+            add(&mut x, &attn.out);
+            layer.ffn_norm.rows(&x, &mut h);
+            layer.mlp.forward(&h, n, &mut mlp, &mut mlp_out);
+            if let Some(norm) = &layer.post_ffn_norm {
+                norm.rows_in_place(&mut mlp_out);
+            }
+            add(&mut x, &mlp_out);
+        }
+        let m = want.len();
+        let mut last = vec![0f32; m * dim];
+        for (j, &i) in want.iter().enumerate() {
+            self.out_norm
+                .row(&x[i * dim..(i + 1) * dim], &mut last[j * dim..(j + 1) * dim]);
+        }
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        let mut logits = vec![0f32; m * head.rows];
+        head.matmul(&last, m, &mut logits);
+        if let Some(cap) = self.final_softcap {
+            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
+        logits
+    }
+}

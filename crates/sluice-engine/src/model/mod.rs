@@ -1,0 +1,104 @@
+//! The model layer: the [`Model`] trait the engine drives, the [`Architecture`] registry
+//! keyed on GGUF `general.architecture`, and the shared blocks architectures are built
+//! from (`blocks.rs`, `attention.rs`) into one decoder-only transformer (`decoder.rs`).
+//!
+//! Adding a family is a small file like `llama.rs`: read the hyper-parameters, name the
+//! tensors, choose the block options (norm style, RoPE style, attention options, MLP
+//! activation), and add it to [`ARCHITECTURES`].
+
+mod attention;
+pub mod blocks;
+mod decoder;
+#[cfg(test)]
+pub(crate) mod fake;
+mod llama;
+mod tensors;
+
+use std::sync::OnceLock;
+
+pub use attention::{Attention, AttentionOptions};
+pub use decoder::{Decoder, Layer};
+
+use crate::gguf::{GgufFile, ModelError};
+use crate::kv::KvSlab;
+
+/// One token to run: which slot it belongs to and its position in that sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    /// Token id.
+    pub token: u32,
+    /// KV slot of its sequence.
+    pub slot: usize,
+    /// Position in the sequence (RoPE angle and KV index), counting real tokens only.
+    pub pos: usize,
+}
+
+/// What the engine needs to know about a model's shape: the KV slab's dimensions and the
+/// width of a logits row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Architecture name from `general.architecture`.
+    pub arch: String,
+    /// Transformer blocks (KV layers).
+    pub n_layers: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Size of one key or value head.
+    pub head_dim: usize,
+    /// Logits per row.
+    pub vocab: usize,
+    /// Context length the model was trained for.
+    pub train_context: usize,
+}
+
+/// A model the engine can run. The engine thread owns it; `forward` is the only compute.
+pub trait Model: Send + Sync {
+    /// Its shape.
+    fn shape(&self) -> &Shape;
+
+    /// Runs `rows` through the model, writing their keys and values into `kv` at
+    /// `(slot, pos)` before attention, each row attending to positions `0..=pos` of its
+    /// own slot, and returns the logits of the rows listed in `want` (`want.len() x
+    /// vocab`, in that order). A row's numbers must not depend on the other rows.
+    fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32>;
+}
+
+/// A model family: turns a GGUF file into a [`Decoder`].
+pub trait Architecture: Sync {
+    /// The `general.architecture` value it reads.
+    fn name(&self) -> &'static str;
+    /// Reads the hyper-parameters and tensors.
+    fn load(&self, file: &GgufFile) -> Result<Decoder, ModelError>;
+}
+
+/// Every architecture sluice runs.
+pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama];
+
+/// The architecture of `file`, or an error naming what the file says it is.
+pub fn architecture(file: &GgufFile) -> Result<&'static dyn Architecture, ModelError> {
+    let arch = file.get_str("general.architecture")?;
+    ARCHITECTURES
+        .iter()
+        .copied()
+        .find(|a| a.name() == arch)
+        .ok_or_else(|| ModelError::Architecture {
+            found: arch.to_string(),
+            supported: ARCHITECTURES.iter().map(|a| a.name()).collect(),
+        })
+}
+
+/// Loads the model in `file` with its architecture's loader.
+pub fn load(file: &GgufFile) -> Result<Box<dyn Model>, ModelError> {
+    Ok(Box::new(architecture(file)?.load(file)?))
+}
+
+/// The compute threads (`RAYON_NUM_THREADS`, else one per CPU).
+pub(crate) fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("sluice-compute-{i}"))
+            .build()
+            .expect("the compute threads start (a failure here is fatal at start-up)")
+    })
+}

@@ -1,0 +1,126 @@
+//! What goes into the engine (a validated request) and what comes out (events).
+
+use crate::sampling::SamplingParams;
+
+/// A request the engine can run. Built by `validation` from the wire types, which checks
+/// every field; the engine trusts it.
+#[derive(Clone, Debug)]
+pub struct ValidRequest {
+    /// Prompt token ids, at least one.
+    pub prompt: Vec<u32>,
+    /// Generated tokens at most; `prompt.len() + max_tokens <= context`.
+    pub max_tokens: usize,
+    /// End tokens and stop strings are ignored until this many tokens exist.
+    pub min_tokens: usize,
+    /// Sampling parameters; `seed` is `None` when the server should draw one.
+    pub params: SamplingParams,
+    /// Whether the caller gave a seed (else the engine draws one and reports it).
+    pub seeded: bool,
+    /// Token ids that end the sequence (the model's end tokens unless ignore-EOS, plus
+    /// `stop_token_ids`).
+    pub stop_ids: Vec<u32>,
+    /// Strings that end the sequence; they and what follows are not returned.
+    pub stop_strings: Vec<String>,
+    /// Alternatives to report with each token's log-probability (`None`: no logprobs).
+    pub logprobs: Option<usize>,
+    /// Route label for metrics (`completions`, `chat`, or `engine` for direct callers).
+    pub route: &'static str,
+}
+
+impl ValidRequest {
+    /// A greedy request for `max_tokens` tokens with no stops (tests, benchmarks).
+    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        Self {
+            prompt,
+            max_tokens,
+            min_tokens: 0,
+            params: SamplingParams::default(),
+            seeded: true,
+            stop_ids: Vec::new(),
+            stop_strings: Vec::new(),
+            logprobs: None,
+            route: "engine",
+        }
+    }
+}
+
+/// Why a sequence stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end token, a stop token id or a stop string.
+    Stop,
+    /// `max_tokens` or the end of the context.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// One generated token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// Token id.
+    pub id: u32,
+    /// Text that became final with this token (may be empty: held back, or an end token).
+    pub text: String,
+    /// Raw log-probability of the token.
+    pub logprob: f32,
+    /// Top alternatives when logprobs were asked for.
+    pub top: Vec<(u32, f32)>,
+    /// This token ended the sequence (an end or stop token id): its text is not output.
+    pub is_end: bool,
+}
+
+/// Totals reported when a sequence finishes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finish {
+    /// Why it stopped.
+    pub reason: FinishReason,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens (the end token included).
+    pub completion_tokens: usize,
+    /// Version label of the weights that produced every token.
+    pub weights_version: String,
+    /// Seed of the random stream used.
+    pub seed: u64,
+    /// Seconds the request waited for a slot.
+    pub queue_seconds: f64,
+    /// Seconds from arrival to the first token.
+    pub ttft_seconds: f64,
+}
+
+/// What a request's stream carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A token was generated.
+    Token(TokenEvent),
+    /// The sequence finished; nothing follows.
+    Done(Finish),
+    /// The sequence ended without finishing; nothing follows.
+    Error(EngineError),
+}
+
+/// Why the engine ended a request early. Each kind maps to its own API status.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    /// The request ran past the server's timeout (seconds).
+    #[error("the request did not finish within the server's {0} s timeout")]
+    TimedOut(f64),
+    /// `POST /admin/reload` with `mode: abort` ended it.
+    #[error("generation aborted: the server's weights were reloaded")]
+    Aborted,
+    /// The server is shutting down and its grace period ran out.
+    #[error("the server is shutting down and its grace period ran out")]
+    ShuttingDown,
+    /// The engine thread failed; the server cannot generate until restarted.
+    #[error("the engine failed and stopped; the server must be restarted")]
+    Died,
+}

@@ -1,0 +1,321 @@
+//! Per-request sampling (E11–E15): penalties and bias, temperature, top-k, top-p, min-p,
+//! with a random stream derived from (seed, step) so a request samples the same tokens
+//! alone or in any batch, in any slot.
+
+use sluice_kernels::exp_fast;
+
+/// How one request chooses its tokens. Every field is per request; a batch mixes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax); never divided by.
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 disables.
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches p; 1 disables.
+    pub top_p: f32,
+    /// Drop tokens below `min_p * p_max`; 0 disables.
+    pub min_p: f32,
+    /// OpenAI presence penalty, over generated tokens.
+    pub presence_penalty: f32,
+    /// OpenAI frequency penalty, over generated tokens.
+    pub frequency_penalty: f32,
+    /// Multiplicative repetition penalty (1 disables), over prompt and generated tokens.
+    pub repetition_penalty: f32,
+    /// Added to the logit of each listed token; -100 or below forbids it.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Seed of this request's random stream.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+/// The chosen token with its raw log-probability and the top alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    /// Chosen id.
+    pub token: u32,
+    /// `log_softmax(raw logits)[token]`.
+    pub logprob: f32,
+    /// The `n` most likely ids under the raw distribution, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Tokens seen so far by one sequence, for the penalties.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// Prompt ids (repetition penalty only).
+    pub prompt: Vec<u32>,
+    /// Generated ids.
+    pub generated: Vec<u32>,
+}
+
+/// splitmix64: a small, well-mixed hash used to derive per-step random numbers.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The uniform number in [0, 1) for (seed, step): the fold_in of E14.
+pub fn uniform(seed: u64, step: u64) -> f64 {
+    (mix(mix(seed) ^ step) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `log_softmax` of the raw logits, best `n` with their log-probabilities, and the
+/// log-probability of `token`.
+fn raw_logprobs(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sums = [0f32; 16];
+    for c in logits.chunks(16) {
+        for (s, l) in sums.iter_mut().zip(c) {
+            *s += exp_fast(l - max);
+        }
+    }
+    let lse = max + sums.iter().sum::<f32>().ln();
+    let top = best(logits, n)
+        .into_iter()
+        .map(|i| (i as u32, logits[i] - lse))
+        .collect();
+    (logits[token as usize] - lse, top)
+}
+
+/// Indices of the `k` largest values, best first, ties broken by lower index.
+fn best(values: &[f32], k: usize) -> Vec<usize> {
+    let k = k.min(values.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    if k == 1 {
+        // Argmax, first index on ties.
+        let mut b = 0;
+        for (i, v) in values.iter().enumerate() {
+            if v.total_cmp(&values[b]).is_gt() {
+                b = i;
+            }
+        }
+        return vec![b];
+    }
+    let order = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
+    let mut idx: Vec<usize> = (0..values.len()).collect();
+    if k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, order);
+        idx.truncate(k);
+    }
+    idx.sort_by(order);
+    idx
+}
+
+/// Applies penalties and logit bias in place (OpenAI's documented formulas, vLLM's
+/// repetition penalty).
+fn penalise(logits: &mut [f32], p: &SamplingParams, h: &History) {
+    if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+        let mut counts = std::collections::HashMap::<u32, f32>::new();
+        for &t in &h.generated {
+            *counts.entry(t).or_default() += 1.0;
+        }
+        for (t, c) in counts {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l -= c * p.frequency_penalty + p.presence_penalty;
+            }
+        }
+    }
+    if p.repetition_penalty != 1.0 {
+        let seen: std::collections::HashSet<u32> =
+            h.prompt.iter().chain(&h.generated).copied().collect();
+        for t in seen {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
+            }
+        }
+    }
+    for &(t, b) in &p.logit_bias {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l = if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                *l + b
+            };
+        }
+    }
+}
+
+/// Chooses the next token of a sequence at generation step `step` and reports `n_top`
+/// raw alternatives. `logits` is the model's raw output and is left untouched.
+pub fn sample(logits: &[f32], p: &SamplingParams, h: &History, step: u64, n_top: usize) -> Sampled {
+    let mut work = logits.to_vec();
+    penalise(&mut work, p, h);
+    let token = if p.temperature <= 0.0 {
+        best(&work, 1)[0] as u32
+    } else {
+        draw(&work, p, uniform(p.seed, step))
+    };
+    let (logprob, top) = raw_logprobs(logits, n_top, token);
+    Sampled {
+        token,
+        logprob,
+        top,
+    }
+}
+
+/// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
+/// sampling with `u` in candidate order (best first, ties by index).
+fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
+    let t = p.temperature;
+    let k = if p.top_k == 0 { logits.len() } else { p.top_k };
+    let cand = best(logits, k);
+    let max = logits[cand[0]];
+    let mut probs: Vec<f64> = cand
+        .iter()
+        .map(|&i| (((logits[i] - max) / t) as f64).exp())
+        .collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|x| *x /= total);
+    let mut keep = probs.len();
+    if p.top_p < 1.0 {
+        let mut acc = 0.0;
+        for (i, x) in probs.iter().enumerate() {
+            acc += x;
+            if acc >= p.top_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if p.min_p > 0.0 {
+        let floor = probs[0] * p.min_p as f64;
+        keep = keep.min(probs.iter().take_while(|x| **x >= floor).count().max(1));
+    }
+    let total: f64 = probs[..keep].iter().sum();
+    let target = u * total;
+    let mut acc = 0.0;
+    for (i, x) in probs[..keep].iter().enumerate() {
+        acc += x;
+        if target < acc {
+            return cand[i] as u32;
+        }
+    }
+    cand[keep - 1] as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> SamplingParams {
+        SamplingParams::default()
+    }
+
+    #[test]
+    fn greedy_takes_argmax_with_lowest_index_on_ties() {
+        let l = [1.0, 3.0, 3.0, 0.5];
+        assert_eq!(sample(&l, &params(), &History::default(), 0, 0).token, 1);
+    }
+
+    #[test]
+    fn logprobs_come_from_raw_distribution() {
+        let l = [0.0f32, (2.0f32).ln(), (5.0f32).ln()];
+        let mut p = params();
+        p.temperature = 0.5;
+        p.top_k = 1;
+        let s = sample(&l, &p, &History::default(), 0, 3);
+        assert_eq!(s.token, 2);
+        assert!((s.logprob - (5.0f32 / 8.0).ln()).abs() < 1e-6);
+        assert_eq!(s.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1, 0]);
+        assert!((s.top[2].1 - (1.0f32 / 8.0).ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_keeps_exactly_k_ties_by_index() {
+        assert_eq!(best(&[1.0, 2.0, 2.0, 2.0, 0.0], 2), vec![1, 2]);
+    }
+
+    #[test]
+    fn seeded_draw_is_exact_and_stable() {
+        // probs 0.1, 0.2, 0.3, 0.4 -> candidate order 3, 2, 1, 0 with cumulative
+        // 0.4, 0.7, 0.9, 1.0.
+        let l: Vec<f32> = [0.1f32, 0.2, 0.3, 0.4].iter().map(|x| x.ln()).collect();
+        let mut p = params();
+        p.temperature = 1.0;
+        assert_eq!(draw(&l, &p, 0.05), 3);
+        assert_eq!(draw(&l, &p, 0.45), 2);
+        assert_eq!(draw(&l, &p, 0.75), 1);
+        assert_eq!(draw(&l, &p, 0.95), 0);
+        p.top_p = 0.6; // keeps 3 and 2 (0.4 + 0.3 >= 0.6); renormalised over 0.7
+        assert_eq!(draw(&l, &p, 0.95), 2);
+        assert_eq!(draw(&l, &p, 0.5), 3);
+        p.top_p = 0.1; // always keeps the most likely token
+        assert_eq!(draw(&l, &p, 0.99), 3);
+        p.top_p = 1.0;
+        p.min_p = 0.6; // floor 0.24 keeps 3 and 2
+        assert_eq!(draw(&l, &p, 0.99), 2);
+        // The (seed, step) stream is a pure function.
+        assert_eq!(uniform(7, 3), uniform(7, 3));
+        assert_ne!(uniform(7, 3), uniform(7, 4));
+        assert_ne!(uniform(7, 3), uniform(8, 3));
+        p.min_p = 0.0;
+        let a: Vec<u32> = (0..20)
+            .map(|s| sample(&l, &p, &History::default(), s, 0).token)
+            .collect();
+        let b: Vec<u32> = (0..20)
+            .map(|s| sample(&l, &p, &History::default(), s, 0).token)
+            .collect();
+        assert_eq!(a, b);
+        assert!(
+            a.iter().any(|t| *t != a[0]),
+            "sampling should vary across steps"
+        );
+    }
+
+    #[test]
+    fn penalties_follow_openai_formulas() {
+        let mut l = vec![1.0f32, 1.0, 1.0, -1.0];
+        let h = History {
+            prompt: vec![3],
+            generated: vec![0, 0, 1],
+        };
+        let p = SamplingParams {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            repetition_penalty: 2.0,
+            logit_bias: vec![(2, 3.0), (1, -100.0)],
+            ..params()
+        };
+        penalise(&mut l, &p, &h);
+        // token 0: 1 - (2*0.25 + 0.5) = 0, then repetition: not > 0 -> 0 * 2 = 0
+        assert_eq!(l[0], 0.0);
+        // token 1 is forbidden by bias -100
+        assert_eq!(l[1], f32::NEG_INFINITY);
+        // token 2: unseen, +3 bias
+        assert_eq!(l[2], 4.0);
+        // token 3: prompt token, negative logit multiplied by the penalty
+        assert_eq!(l[3], -2.0);
+        assert_eq!(sample(&l, &params(), &h, 0, 0).token, 2);
+    }
+
+    #[test]
+    fn temperature_zero_never_divides() {
+        let l = [f32::MIN, 0.0, f32::MAX];
+        let s = sample(&l, &params(), &History::default(), 0, 1);
+        assert_eq!(s.token, 2);
+        assert!(s.logprob.is_finite());
+    }
+}

@@ -1,0 +1,355 @@
+//! The engine thread: owns the model, the KV slab and the slots, and runs the loop
+//! queue -> bucketed prefill into free slots -> one decode step for every active slot,
+//! freeing finished or cancelled slots between steps (docs/ARCHITECTURE.md, "The engine
+//! loop").
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::handle::{Command, EngineConfig, Queued, Shared};
+use crate::kv::KvSlab;
+use crate::metrics::Metrics;
+use crate::model::{Model, TokenRow};
+use crate::reload::{ReloadMode, Swap, Swapped};
+use crate::request::{EngineError, Event};
+use crate::sampling::{SamplingParams, sample};
+use crate::scheduler::{Buckets, Waiting, plan};
+use crate::sequence::{Progress, Sequence};
+use crate::slots::SlotPool;
+use crate::tokenizer::Tokenizer;
+
+/// The state the engine thread owns.
+pub(crate) struct Worker {
+    model: Box<dyn Model>,
+    tok: Arc<Tokenizer>,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    kv: KvSlab,
+    pool: SlotPool,
+    queue: VecDeque<Queued>,
+    running: Vec<Sequence>,
+    seed_counter: u64,
+    metrics: Arc<Metrics>,
+    /// A weight swap waiting for its step boundary.
+    pending: Option<Swap>,
+    /// Label of the weights in use.
+    version: Arc<str>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        model: Box<dyn Model>,
+        tok: Arc<Tokenizer>,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let c = model.shape();
+        let kv = KvSlab::new(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            config.slots,
+            config.context,
+        );
+        let seed_counter = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        shared.kv_base.store(kv.base_ptr(), Ordering::SeqCst);
+        metrics.weights_version.set(1);
+        Self {
+            pending: None,
+            version: config.weights_version.as_str().into(),
+            pool: SlotPool::new(config.slots),
+            model,
+            tok,
+            config,
+            shared,
+            kv,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            seed_counter,
+            metrics,
+        }
+    }
+
+    /// Runs until every handle is dropped.
+    pub(crate) fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            if self.queue.is_empty() && self.running.is_empty() && self.pending.is_none() {
+                match rx.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if self.queue.is_empty() && self.running.is_empty() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            self.apply_swap();
+            if self.pending.is_none() {
+                self.admit();
+            }
+            self.decode_step();
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(mut q) => {
+                if !q.req.seeded {
+                    self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    q.req.params.seed = self.seed_counter;
+                }
+                self.queue.push_back(q);
+            }
+            // One swap at a time (the admin API serialises them); a second one is
+            // refused by dropping its reply.
+            Command::Swap(swap) if self.pending.is_none() => self.pending = Some(swap),
+            Command::Swap(_) => {}
+        }
+    }
+
+    /// Swaps the weights if a swap is pending and its mode allows it now.
+    fn apply_swap(&mut self) {
+        let Some(swap) = self.pending.take() else {
+            return;
+        };
+        if swap.mode == ReloadMode::Wait && !self.running.is_empty() {
+            self.pending = Some(swap);
+            return;
+        }
+        let t = Instant::now();
+        let mut aborted = 0;
+        if swap.mode == ReloadMode::Abort {
+            for s in self.running.drain(..) {
+                s.tx.send(Event::Error(EngineError::Aborted));
+                self.metrics
+                    .requests
+                    .with_label_values(&[s.req.route, "aborted"])
+                    .inc();
+                aborted += 1;
+            }
+        }
+        let old = std::mem::replace(&mut self.model, swap.model);
+        self.version = swap.version.as_str().into();
+        *self
+            .shared
+            .version
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = self.version.clone();
+        self.metrics.weights_version.inc();
+        let report = Swapped {
+            old,
+            pause: t.elapsed(),
+            waited: swap.requested.elapsed(),
+            aborted,
+        };
+        // If the requester has gone, the old weights are dropped here.
+        let _ = swap.reply.send(report);
+    }
+
+    /// Cancellation by drop: queued requests whose client left never reach prefill, and
+    /// running ones give their slot back now. Requests past the deadline end with an error.
+    fn drop_cancelled(&mut self) {
+        let m = &self.metrics;
+        let count =
+            |route: &'static str, why: &str| m.requests.with_label_values(&[route, why]).inc();
+        let timeout = self.config.request_timeout;
+        let late = |since: Instant| timeout.is_some_and(|t| since.elapsed() > t);
+        let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
+        let keep = |tx: &crate::handle::EventSender, submitted: Instant, route| {
+            let gone = tx.is_closed();
+            let expired = !gone && late(submitted);
+            if expired {
+                tx.send(Event::Error(EngineError::TimedOut(secs)));
+            }
+            if gone || expired {
+                count(route, if gone { "cancelled" } else { "timeout" });
+            }
+            !(gone || expired)
+        };
+        // Dropping a queued entry drops its queue permit, which releases the counters.
+        self.queue.retain(|q| keep(&q.tx, q.submitted, q.req.route));
+        self.running.retain(|s| keep(&s.tx, s.submitted, s.req.route));
+    }
+
+    fn buckets(&self) -> Buckets {
+        Buckets {
+            min: self.config.min_bucket,
+            max: self.config.context,
+        }
+    }
+
+    /// Prefills bucket batches into free slots while both exist.
+    fn admit(&mut self) {
+        loop {
+            let waiting: Vec<Waiting> = self
+                .queue
+                .iter()
+                .map(|q| Waiting {
+                    prompt_len: q.req.prompt.len(),
+                })
+                .collect();
+            let Some(p) = plan(
+                &waiting,
+                self.pool.available(),
+                self.config.max_prefill_tokens,
+                self.buckets(),
+            ) else {
+                return;
+            };
+            // Take the picked entries out of the queue, keeping the others in order.
+            let mut picked = Vec::with_capacity(p.picks.len());
+            for (k, &i) in p.picks.iter().enumerate() {
+                picked.push(
+                    self.queue
+                        .remove(i - k)
+                        .expect("plan() returns indices of the queue it was given"),
+                );
+            }
+            let real: usize = picked.iter().map(|q| q.req.prompt.len()).sum();
+            let padding = p.padding(&waiting);
+            self.shared.prefill_tokens.fetch_add(real, Ordering::SeqCst);
+            self.shared
+                .padding_tokens
+                .fetch_add(padding, Ordering::SeqCst);
+            let m = &self.metrics;
+            m.prompt_tokens_total.inc_by(real as u64);
+            m.prefill_padding.inc_by(padding as u64);
+            m.prefill_requests
+                .with_label_values(&[&p.bucket.to_string()])
+                .inc_by(picked.len() as u64);
+            let now = Instant::now();
+            for q in &picked {
+                m.queue_time.observe((now - q.submitted).as_secs_f64());
+            }
+            self.prefill(picked);
+        }
+    }
+
+    fn prefill(&mut self, batch: Vec<Queued>) {
+        if crate::failpoint::enabled("engine-panic") {
+            for q in &batch {
+                crate::failpoint::check(
+                    "engine-panic",
+                    &self.tok.decode(&q.req.prompt).unwrap_or_default(),
+                );
+            }
+        }
+        let mut seqs = Vec::with_capacity(batch.len());
+        for q in batch {
+            let lease = self
+                .pool
+                .lease()
+                .expect("plan() never picks more requests than free slots");
+            // The queue permit drops here: the request no longer waits.
+            seqs.push(Sequence::new(q.req, q.tx, lease, q.submitted));
+        }
+        let mut rows = Vec::new();
+        let mut last = Vec::new();
+        for s in &seqs {
+            let slot = s.lease.slot();
+            for (pos, &token) in s.req.prompt.iter().enumerate() {
+                rows.push(TokenRow { token, slot, pos });
+            }
+            last.push(rows.len() - 1);
+        }
+        let t = Instant::now();
+        let logits = self.model.forward(&mut self.kv, &rows, &last);
+        self.metrics
+            .prefill_duration
+            .observe(t.elapsed().as_secs_f64());
+        self.sample_into(seqs, &logits);
+    }
+
+    /// One token for every running sequence.
+    fn decode_step(&mut self) {
+        if self.running.is_empty() {
+            return;
+        }
+        let seqs = std::mem::take(&mut self.running);
+        let rows: Vec<TokenRow> = seqs
+            .iter()
+            .map(|s| TokenRow {
+                token: *s
+                    .history
+                    .generated
+                    .last()
+                    .expect("a running sequence has sampled at least one token"),
+                slot: s.lease.slot(),
+                pos: s.last_position(),
+            })
+            .collect();
+        let want: Vec<usize> = (0..rows.len()).collect();
+        let t = Instant::now();
+        let logits = self.model.forward(&mut self.kv, &rows, &want);
+        self.metrics.decode_step.observe(t.elapsed().as_secs_f64());
+        self.metrics.decode_batch.observe(rows.len() as f64);
+        self.sample_into(seqs, &logits);
+    }
+
+    /// Samples one token per sequence from its row of `logits`; sequences that go on
+    /// join `running`, finished ones are dropped (freeing their slots).
+    fn sample_into(&mut self, seqs: Vec<Sequence>, logits: &[f32]) {
+        let vocab = self.model.shape().vocab;
+        for (i, mut s) in seqs.into_iter().enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let step = s.generated() as u64;
+            let banned;
+            let params: &SamplingParams = if s.generated() < s.req.min_tokens {
+                // Before min_tokens, end tokens cannot be chosen.
+                let mut p = s.req.params.clone();
+                p.logit_bias
+                    .extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
+                banned = p;
+                &banned
+            } else {
+                &s.req.params
+            };
+            let sampled = sample(row, params, &s.history, step, s.req.logprobs.unwrap_or(0));
+            let progress = s.accept(
+                sampled,
+                &self.tok,
+                self.config.context,
+                &self.version,
+                &self.metrics,
+            );
+            if progress == Progress::Running {
+                self.running.push(s);
+            }
+        }
+    }
+
+    fn publish(&self) {
+        self.shared
+            .running
+            .store(self.running.len(), Ordering::SeqCst);
+        let m = &self.metrics;
+        m.running.set(self.running.len() as i64);
+        m.waiting
+            .set(self.shared.waiting.load(Ordering::SeqCst) as i64);
+        m.slots_used.set(self.pool.used() as i64);
+        let live: usize = self
+            .running
+            .iter()
+            .map(|s| s.req.prompt.len() + s.generated())
+            .sum();
+        m.kv_usage
+            .set(live as f64 / (self.config.slots * self.config.context) as f64);
+    }
+}

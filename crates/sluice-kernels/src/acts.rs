@@ -1,0 +1,171 @@
+//! Activations quantised to int8 in blocks of 32 (llama.cpp's Q8_1 scheme), the right-hand
+//! side of the integer matmul kernels.
+//!
+//! Each block of 32 values `x` becomes `q = round(x / d)` with `d = max|x| / 127`, and
+//! the block sums `d * Σq` (over 32 and over each half of 16) that the weights' offsets
+//! multiply.
+
+use rayon::prelude::*;
+
+use crate::simd::Simd;
+
+/// Values per activation block.
+pub const ABLOCK: usize = 32;
+
+/// `n` rows of `cols` activations as int8 blocks.
+#[derive(Debug, Default)]
+pub struct QuantActs {
+    /// Rows.
+    pub n: usize,
+    /// Values per row (a multiple of 32).
+    pub cols: usize,
+    /// Quantised values, row-major.
+    pub q: Vec<i8>,
+    /// Scale of each block of 32 (`n x cols/32`).
+    pub d: Vec<f32>,
+    /// `d * Σq` over each block of 32.
+    pub s32: Vec<f32>,
+    /// `d * Σq` over each half-block of 16 (`n x cols/16`).
+    pub s16: Vec<f32>,
+}
+
+impl QuantActs {
+    /// Quantises `x` (`n x cols`, `cols` a multiple of 32) at the current SIMD level.
+    pub fn new(x: &[f32], n: usize, cols: usize) -> Self {
+        let mut a = Self::default();
+        a.fill(x, n, cols);
+        a
+    }
+
+    /// Re-quantises into the existing buffers.
+    pub fn fill(&mut self, x: &[f32], n: usize, cols: usize) {
+        assert!(
+            cols.is_multiple_of(ABLOCK) && x.len() == n * cols,
+            "activation shape"
+        );
+        self.n = n;
+        self.cols = cols;
+        self.q.resize(n * cols, 0);
+        self.d.resize(n * cols / ABLOCK, 0.0);
+        self.s32.resize(n * cols / ABLOCK, 0.0);
+        self.s16.resize(n * cols / 16, 0.0);
+        let level = Simd::current();
+        // Large batches (prefill) are split across the compute threads by rows.
+        let rows_per_task = if n >= 32 { 16 } else { n.max(1) };
+        let nb = cols / ABLOCK;
+        x.par_chunks(rows_per_task * cols)
+            .zip(self.q.par_chunks_mut(rows_per_task * cols))
+            .zip(self.d.par_chunks_mut(rows_per_task * nb))
+            .zip(self.s32.par_chunks_mut(rows_per_task * nb))
+            .zip(self.s16.par_chunks_mut(rows_per_task * nb * 2))
+            .for_each(|((((x, q), d), s32), s16)| {
+                let mut out = Out { q, d, s32, s16 };
+                match level {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `Simd::current` only returns a level the CPU reports.
+                    Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    Simd::Avx2 => unsafe { crate::avx2::quantise(&mut out, x) },
+                    _ => quantise(&mut out, x),
+                }
+            });
+    }
+
+    /// Block sums for weight blocks of `bk` (16 or 32) columns.
+    #[inline(always)]
+    pub fn sums(&self, bk: usize) -> &[f32] {
+        if bk == 16 { &self.s16 } else { &self.s32 }
+    }
+}
+
+/// The output slices of some rows.
+pub(crate) struct Out<'a> {
+    pub q: &'a mut [i8],
+    pub d: &'a mut [f32],
+    pub s32: &'a mut [f32],
+    pub s16: &'a mut [f32],
+}
+
+/// Plain loops (the definition the AVX-512 path follows).
+#[inline(always)]
+pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
+    for (b, (xb, qb)) in x
+        .chunks_exact(ABLOCK)
+        .zip(a.q.chunks_exact_mut(ABLOCK))
+        .enumerate()
+    {
+        let mut amax = 0f32;
+        for v in xb {
+            amax = amax.max(v.abs());
+        }
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut sums = [0i32; 2];
+        for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
+            let mut s = 0i32;
+            for (q, v) in qh.iter_mut().zip(xh) {
+                let r = (v * id).round_ties_even() as i32;
+                *q = r as i8;
+                s += r;
+            }
+            sums[h] = s;
+        }
+        a.d[b] = d;
+        a.s16[2 * b] = d * sums[0] as f32;
+        a.s16[2 * b + 1] = d * sums[1] as f32;
+        a.s32[b] = d * (sums[0] + sums[1]) as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::simd::noise;
+    use super::*;
+
+    #[test]
+    fn every_level_quantises_alike() {
+        let (n, cols) = (2, 128);
+        let x = noise(n * cols, 6);
+        let fresh = || {
+            (
+                vec![0i8; n * cols],
+                vec![0f32; n * cols / 32],
+                vec![0f32; n * cols / 32],
+                vec![0f32; n * cols / 16],
+            )
+        };
+        let mut want = fresh();
+        let (q, d, s32, s16) = &mut want;
+        quantise(&mut Out { q, d, s32, s16 }, &x);
+        #[cfg(target_arch = "x86_64")]
+        if Simd::detected() == Simd::Avx512 {
+            let mut got = fresh();
+            let (q, d, s32, s16) = &mut got;
+            // SAFETY: the CPU has AVX-512 (checked above).
+            unsafe { crate::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn blocks_round_trip_within_half_a_step() {
+        let (n, cols) = (3, 96);
+        let mut x = noise(n * cols, 5);
+        x[32..64].fill(0.0); // an all-zero block
+        let a = QuantActs::new(&x, n, cols);
+        for (i, v) in x.iter().enumerate() {
+            let d = a.d[i / ABLOCK];
+            let back = a.q[i] as f32 * d;
+            assert!((back - v).abs() <= d / 2.0 + 1e-7, "[{i}] {v} -> {back}");
+            assert!(a.q[i] >= -127, "never -128");
+        }
+        for b in 0..n * cols / ABLOCK {
+            let s: i32 = a.q[b * 32..b * 32 + 32].iter().map(|&q| q as i32).sum();
+            assert_eq!(a.s32[b], a.d[b] * s as f32);
+            let halves = a.s16[2 * b] + a.s16[2 * b + 1];
+            assert!((halves - a.s32[b]).abs() <= 1e-5 * (1.0 + a.s32[b].abs()));
+        }
+        assert_eq!(a.d[1], 0.0);
+    }
+}

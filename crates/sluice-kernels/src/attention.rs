@@ -1,0 +1,267 @@
+//! Attention of one GQA group over a slot's live positions in the KV slab (f16 keys,
+//! transposed, and f16 values): no masks, no concatenation, nothing past `len` is used.
+//! Options for other architectures: a first position (sliding-window attention) and
+//! logit soft-capping; the AVX-512 kernel covers the plain case, the others take the
+//! plain-loop definition compiled for AVX2.
+
+use half::f16;
+
+use crate::simd::Simd;
+
+/// The inputs of `attend_group`.
+pub struct Attn<'a> {
+    /// The group's query heads, `g x hd`.
+    pub q: &'a [f32],
+    /// Head dimension.
+    pub hd: usize,
+    /// Transposed keys: `hd` rows of `stride` positions (a multiple of 16).
+    pub keys_t: &'a [f16],
+    /// Row length of `keys_t`.
+    pub stride: usize,
+    /// Values of positions `0..len`, `len x hd`.
+    pub values: &'a [f16],
+    /// Score scale (1/sqrt(hd) unless the architecture says otherwise).
+    pub scale: f32,
+    /// First position attended (0; `len - window` for sliding-window layers).
+    pub start: usize,
+    /// Soft-capping of the scaled scores: `cap * tanh(s / cap)` (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl Attn<'_> {
+    /// Whether no option is in use (the case the AVX-512 kernel covers).
+    pub(crate) fn plain(&self) -> bool {
+        self.start == 0 && self.softcap.is_none()
+    }
+}
+
+/// Softmax of the scaled scores `q · k` over positions `0..len`, then the weighted sum of
+/// the values, into `out` (`g x hd`). `scores` is scratch.
+pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+    match Simd::current() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
+        // the shapes are checked inside.
+        Simd::Avx512 if a.hd.is_multiple_of(16) && a.plain() => unsafe {
+            crate::avx512::attend(a, scores, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::attend(a, scores, out) },
+        _ => attend_body(a, scores, out, |x, y, acc| x * y + acc),
+    }
+}
+
+/// Softmax in place over `s`; returns 1 / the sum of the exponentials.
+#[inline(always)]
+pub(crate) fn softmax_unnormalised(s: &mut [f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    for c in s.chunks(16) {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l = l.max(*x);
+        }
+    }
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sums = [0f32; 16];
+    for c in s.chunks_mut(16) {
+        for (l, x) in sums.iter_mut().zip(c) {
+            *x = exp_fast(*x - max);
+            *l += *x;
+        }
+    }
+    1.0 / sums.iter().sum::<f32>()
+}
+
+/// Plain loops: the definition the AVX-512 path follows.
+#[inline(always)]
+pub(crate) fn attend_body(
+    a: &Attn,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
+) {
+    let hd = a.hd;
+    let g = a.q.len() / hd;
+    let (start, end) = (a.start, a.values.len() / hd);
+    assert!(start < end && out.len() == g * hd, "attention shapes");
+    let len = end - start;
+    scores.clear();
+    scores.resize(g * len, 0.0);
+    // Closures would be compiled without the caller's target features: plain loops.
+    for d in 0..hd {
+        let krow = &a.keys_t[d * a.stride + start..d * a.stride + end];
+        for h in 0..g {
+            let qd = a.q[h * hd + d] * a.scale;
+            let s = &mut scores[h * len..(h + 1) * len];
+            for (si, k) in s.iter_mut().zip(krow) {
+                *si = fma(qd, k.to_f32_const(), *si);
+            }
+        }
+    }
+    if let Some(cap) = a.softcap {
+        for s in scores.iter_mut() {
+            *s = cap * (*s / cap).tanh();
+        }
+    }
+    out.fill(0.0);
+    for h in 0..g {
+        let s = &mut scores[h * len..(h + 1) * len];
+        let inv = softmax_unnormalised(s);
+        let o = &mut out[h * hd..(h + 1) * hd];
+        for (p, v) in s.iter().zip(a.values[start * hd..].chunks_exact(hd)) {
+            for (oi, vi) in o.iter_mut().zip(v) {
+                *oi = fma(*p, vi.to_f32_const(), *oi);
+            }
+        }
+        for oi in o.iter_mut() {
+            *oi *= inv;
+        }
+    }
+}
+
+/// `e^x` (Cephes' expf: range reduction by ln 2 and a degree-6 polynomial, within a few
+/// ulp), written so that it vectorises; `x` is clamped to [-87, 88].
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let z = r * r;
+    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * z + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::simd::noise;
+    use super::*;
+
+    #[test]
+    fn exp_fast_is_within_a_few_ulp() {
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1000.0;
+            let (got, want) = (exp_fast(x), x.exp());
+            assert!(
+                (got - want).abs() <= 4.0 * f32::EPSILON * want,
+                "exp({x}) = {got}, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn attention_matches_f64_softmax_on_every_level() {
+        let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+        for (hd, g, len) in [
+            (64usize, 3usize, 37usize),
+            (64, 5, 16),
+            (128, 1, 3),
+            (48, 2, 20),
+        ] {
+            let stride = len.next_multiple_of(16) + 16;
+            let q = noise(g * hd, 11);
+            let keys_t = halves(noise(hd * stride, 12));
+            let values = halves(noise(len * hd, 13));
+            let scale = 0.125;
+            let mut want = vec![0f64; g * hd];
+            for h in 0..g {
+                let s: Vec<f64> = (0..len)
+                    .map(|p| {
+                        (0..hd)
+                            .map(|d| q[h * hd + d] as f64 * keys_t[d * stride + p].to_f64())
+                            .sum::<f64>()
+                            * scale as f64
+                    })
+                    .collect();
+                let max = s.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for p in 0..len {
+                    for d in 0..hd {
+                        want[h * hd + d] += e[p] / sum * values[p * hd + d].to_f64();
+                    }
+                }
+            }
+            let a = Attn {
+                q: &q,
+                hd,
+                keys_t: &keys_t,
+                stride,
+                values: &values,
+                scale,
+                start: 0,
+                softcap: None,
+            };
+            let mut scratch = Vec::new();
+            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
+                if level as u8 > Simd::detected() as u8 {
+                    continue;
+                }
+                let mut out = vec![f32::NAN; g * hd];
+                match level {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: the level is available (checked above).
+                    Simd::Avx512 if hd % 16 == 0 => unsafe {
+                        crate::avx512::attend(&a, &mut scratch, &mut out)
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::attend(&a, &mut scratch, &mut out) },
+                    _ => attend_body(&a, &mut scratch, &mut out, |x, y, acc| x * y + acc),
+                }
+                for (a, b) in out.iter().zip(&want) {
+                    assert!(
+                        (*a as f64 - b).abs() < 1e-6,
+                        "{level:?} hd={hd} g={g}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn window_and_softcap_match_the_definition() {
+        let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+        let (hd, g, len, stride) = (32usize, 2usize, 21usize, 32usize);
+        let q = noise(g * hd, 21);
+        let keys_t = halves(noise(hd * stride, 22).iter().map(|x| x * 40.0).collect());
+        let values = halves(noise(len * hd, 23));
+        let (start, cap) = (9usize, 3.0f32);
+        let mut want = vec![0f64; g * hd];
+        for h in 0..g {
+            let s: Vec<f64> = (start..len)
+                .map(|p| {
+                    let raw: f64 = (0..hd)
+                        .map(|d| q[h * hd + d] as f64 * keys_t[d * stride + p].to_f64())
+                        .sum();
+                    cap as f64 * (raw / cap as f64).tanh()
+                })
+                .collect();
+            let max = s.iter().cloned().fold(f64::MIN, f64::max);
+            let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
+            for (i, p) in (start..len).enumerate() {
+                for d in 0..hd {
+                    want[h * hd + d] += (s[i] - max).exp() / sum * values[p * hd + d].to_f64();
+                }
+            }
+        }
+        let a = Attn {
+            q: &q,
+            hd,
+            keys_t: &keys_t,
+            stride,
+            values: &values,
+            scale: 1.0,
+            start,
+            softcap: Some(cap),
+        };
+        let mut out = vec![f32::NAN; g * hd];
+        attend_group(&a, &mut Vec::new(), &mut out);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Every AVX-512 kernel (AVX-512F/BW/VNNI with FMA and F16C): the integer matmul of
+//! `PackedMatrix`, activation quantisation, attention, and the f32 helpers. Each function
+//! here is `unsafe` only because it needs those CPU features; `Simd::current` checks them
+//! once and the safe wrappers in the other files dispatch here.
+
+use std::arch::x86_64::*;
+
+use crate::acts::{ABLOCK, Out, QuantActs};
+use crate::attention::{Attn, softmax_unnormalised};
+use crate::packed::{GROUP, PackedMatrix, ROWS};
+
+/// Loads 16 scale lanes (f16 or f32).
+#[inline(always)]
+unsafe fn lanes512(p: *const u8, half: bool) -> __m512 {
+    // SAFETY: `p` holds 16 scales of the stored width; avx512f enabled by the caller.
+    unsafe {
+        if half {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else {
+            _mm512_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// Group `g` against activation rows `i0..i0 + R`: 16 lanes per row.
+#[inline(always)]
+unsafe fn tile512<const NIB: bool, const BK: usize, const R: usize>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g: usize,
+    i0: usize,
+) -> [__m512; R] {
+    let chunks = BK / 4;
+    let nb = p.blocks();
+    let cols = a.cols;
+    let sums = a.sums(BK);
+    // SAFETY (whole body): `quants`/`scales` point at full blocks; activation rows
+    // i0..i0+R exist (checked by `matmul_groups_at`), so every 4-byte read at
+    // `row * cols + b * BK + 4c` is in bounds; the features are enabled by the caller.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); R];
+        let low = _mm512_set1_epi8(0x0F);
+        let xq = a.q.as_ptr();
+        for b in 0..nb {
+            let q = p.quants(g, b);
+            let mut w = [_mm512_setzero_si512(); 8];
+            if NIB {
+                for v in 0..chunks / 2 {
+                    let raw = _mm512_loadu_si512(q.add(64 * v) as *const __m512i);
+                    w[v] = _mm512_and_si512(raw, low);
+                    w[v + chunks / 2] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+                }
+            } else {
+                for (c, wc) in w.iter_mut().enumerate().take(chunks) {
+                    *wc = _mm512_loadu_si512(q.add(64 * c) as *const __m512i);
+                }
+            }
+            let (dp, mp) = p.scales(g, b);
+            let (dw, mw) = (lanes512(dp, p.half), lanes512(mp, p.half));
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let row = i0 + k;
+                let x = xq.add(row * cols + b * BK) as *const i32;
+                let mut s0 = _mm512_setzero_si512();
+                let mut s1 = _mm512_setzero_si512();
+                let mut c = 0;
+                while c < chunks {
+                    s0 =
+                        _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(x.add(c).read_unaligned()));
+                    s1 = _mm512_dpbusd_epi32(
+                        s1,
+                        w[c + 1],
+                        _mm512_set1_epi32(x.add(c + 1).read_unaligned()),
+                    );
+                    c += 2;
+                }
+                let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+                let da = *a.d.get_unchecked((row * cols + b * BK) / 32);
+                let s = *sums.get_unchecked(row * nb + b);
+                *acc = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, _mm512_set1_ps(da)), *acc);
+                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(s), *acc);
+            }
+        }
+        acc
+    }
+}
+
+#[inline(always)]
+unsafe fn run512<const NIB: bool, const BK: usize>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g0: usize,
+    g1: usize,
+    y: *mut f32,
+    stride: usize,
+) {
+    // SAFETY (whole body): as in `tile512`; `store` writes inside the caller's range.
+    unsafe {
+        let mut lanes = [0f32; GROUP];
+        for g in g0..g1 {
+            let mut i = 0;
+            while i + ROWS <= a.n {
+                let acc = tile512::<NIB, BK, ROWS>(p, a, g, i);
+                for (k, v) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
+                    p.store(g, i + k, &lanes, y, stride);
+                }
+                i += ROWS;
+            }
+            while i < a.n {
+                let acc = tile512::<NIB, BK, 1>(p, a, g, i);
+                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[0]);
+                p.store(g, i, &lanes, y, stride);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The AVX-512 VNNI kernel for groups `g0..g1`.
+///
+/// # Safety
+/// The CPU has the enabled features; shapes checked and `y` exclusive as in
+/// `PackedMatrix::matmul_groups_at`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+pub(crate) unsafe fn packed_groups(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g0: usize,
+    g1: usize,
+    y: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        match (p.nibbles, p.bk) {
+            (true, 32) => run512::<true, 32>(p, a, g0, g1, y, stride),
+            (false, 32) => run512::<false, 32>(p, a, g0, g1, y, stride),
+            (false, 16) => run512::<false, 16>(p, a, g0, g1, y, stride),
+            other => unreachable!("layout {other:?}"),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,fma")]
+pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
+    for (b, (xb, qb)) in x
+        .chunks_exact(ABLOCK)
+        .zip(a.q.chunks_exact_mut(ABLOCK))
+        .enumerate()
+    {
+        // SAFETY: `xb` and `qb` hold 32 elements each; avx512f/bw are enabled.
+        unsafe {
+            let v0 = _mm512_loadu_ps(xb.as_ptr());
+            let v1 = _mm512_loadu_ps(xb.as_ptr().add(16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            let d = amax / 127.0;
+            let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            // Round to nearest even (the default MXCSR mode), as `round_ties_even`.
+            let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+            let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            _mm_storeu_si128(qb.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128(
+                qb.as_mut_ptr().add(16) as *mut __m128i,
+                _mm512_cvtepi32_epi8(q1),
+            );
+            let (s0, s1) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
+            a.d[b] = d;
+            a.s16[2 * b] = d * s0 as f32;
+            a.s16[2 * b + 1] = d * s1 as f32;
+            a.s32[b] = d * (s0 + s1) as f32;
+        }
+    }
+}
+
+/// AVX-512: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
+/// every head of the group), then the values in 64-wide column strips.
+#[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
+pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+    const H: usize = 4;
+    let hd = a.hd;
+    let g = a.q.len() / hd;
+    let len = a.values.len() / hd;
+    let lp = len.next_multiple_of(16);
+    assert!(
+        len <= a.stride && a.stride.is_multiple_of(16) && a.keys_t.len() >= hd * a.stride,
+        "attention shapes"
+    );
+    assert!(
+        out.len() == g * hd && hd.is_multiple_of(16),
+        "attention output"
+    );
+    scores.clear();
+    scores.resize(g.next_multiple_of(H) * lp, 0.0);
+    let kp = a.keys_t.as_ptr() as *const u16;
+    let vp = a.values.as_ptr() as *const u16;
+    for h0 in (0..g).step_by(H) {
+        let gh = (g - h0).min(H);
+        let qd = |h: usize, d: usize| {
+            if h < gh {
+                a.q[(h0 + h) * hd + d] * a.scale
+            } else {
+                0.0
+            }
+        };
+        let mut p = 0;
+        while p < len {
+            // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so the
+            // 16 keys of every row d < hd are inside `keys_t`; scores has H * lp room.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); H];
+                for d in 0..hd {
+                    let k = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        kp.add(d * a.stride + p) as *const __m256i
+                    ));
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(qd(h, d)), k, *acc);
+                    }
+                }
+                for (h, acc) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p), *acc);
+                }
+            }
+            p += 16;
+        }
+        let mut inv = [0f32; H];
+        for (h, inv) in inv.iter_mut().enumerate().take(gh) {
+            *inv = softmax_unnormalised(&mut scores[(h0 + h) * lp..(h0 + h) * lp + len]);
+        }
+        for c0 in (0..hd).step_by(64) {
+            let strips = ((hd - c0) / 16).min(4);
+            // SAFETY: every value row p < len has hd halves; columns c0 + 16i < hd.
+            unsafe {
+                let mut acc = [[_mm512_setzero_ps(); 4]; H];
+                for p in 0..len {
+                    let mut v = [_mm512_setzero_ps(); 4];
+                    for (i, v) in v.iter_mut().enumerate().take(strips) {
+                        *v = _mm512_cvtph_ps(_mm256_loadu_si256(
+                            vp.add(p * hd + c0 + 16 * i) as *const __m256i
+                        ));
+                    }
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(*scores.get_unchecked((h0 + h) * lp + p));
+                        for i in 0..4 {
+                            acc[i] = _mm512_fmadd_ps(w, v[i], acc[i]);
+                        }
+                    }
+                }
+                for (h, acc) in acc.iter().enumerate().take(gh) {
+                    for (i, acc) in acc.iter().enumerate().take(strips) {
+                        let o = out.as_mut_ptr().add((h0 + h) * hd + c0 + 16 * i);
+                        _mm512_storeu_ps(o, _mm512_mul_ps(*acc, _mm512_set1_ps(inv[h])));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `a · b`.
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+    crate::simd::dot_body(a, b, f32::mul_add)
+}
+
+/// `g = silu(g) * u`.
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    crate::activation::silu_body(gate, up)
+}
+
+/// `g = gelu(g) * u` (tanh approximation).
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    crate::activation::gelu_body(gate, up)
+}

@@ -1,0 +1,31 @@
+//! sluice's CPU kernels: every `unsafe` block of the project and all SIMD, behind a safe,
+//! slice-based API.
+//!
+//! - [`Simd`]: the instruction-set level, detected once at start-up (`SLUICE_KERNEL` may
+//!   force a lower one). Each kernel dispatches on it.
+//! - One file per instruction set: `avx512.rs` and `avx2.rs` hold every function compiled
+//!   with those CPU features; the plain-loop definitions live beside their safe wrappers
+//!   and are the portable path.
+//! - [`QLinear`]: a weight matrix kept in its GGUF quantisation; `matmul` multiplies it
+//!   by f32 activations (int8-quantised once per [`Input`] for the integer kernels).
+//! - [`attend_group`]: attention of one GQA group over f16 keys and values.
+//! - [`silu_mul`] / [`gelu_mul`], [`exp_fast`], [`dot`].
+
+mod activation;
+mod acts;
+mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod formats;
+mod linear;
+mod packed;
+mod simd;
+
+pub use activation::{gelu_mul, silu_mul};
+pub use acts::{ABLOCK, QuantActs};
+pub use attention::{Attn, attend_group, exp_fast};
+pub use linear::{Input, LinearError, QLinear};
+pub use packed::PackedMatrix;
+pub use simd::{Simd, dot, dot_at, noise};

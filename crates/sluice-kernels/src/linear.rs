@@ -1,0 +1,293 @@
+//! Weight matrices kept in their GGUF quantisation.
+//!
+//! The formats with a fast path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are
+//! repacked for the integer kernels of `packed.rs` and multiplied against int8 activations.
+//! Every other type (F32, F16, BF16, Q2_K, Q3_K) is dequantised with candle's block
+//! routines (`GgmlType::to_float`) into a small per-thread tile and reused across every
+//! activation row of the batch, so a batch of n rows reads each weight once, not n times.
+
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::k_quants::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, GgmlType,
+};
+use half::{bf16, f16};
+use std::cell::OnceCell;
+
+use rayon::prelude::*;
+
+use crate::acts::QuantActs;
+use crate::packed::PackedMatrix;
+use crate::simd::dot;
+
+/// Why raw tensor data cannot become a `QLinear`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinearError {
+    /// A GGML type without a kernel.
+    #[error("quantisation type {0:?} is not supported")]
+    Type(GgmlDType),
+    /// The row length is not a whole number of the type's blocks.
+    #[error("{cols} columns are not a multiple of the {dtype:?} block of {block}")]
+    Blocks {
+        /// The type.
+        dtype: GgmlDType,
+        /// Columns.
+        cols: usize,
+        /// Weights per block.
+        block: usize,
+    },
+    /// Fewer bytes than the shape needs.
+    #[error("{got} bytes of {dtype:?} data for {rows} x {cols}, which needs {want}")]
+    Size {
+        /// The type.
+        dtype: GgmlDType,
+        /// Rows.
+        rows: usize,
+        /// Columns.
+        cols: usize,
+        /// Bytes needed.
+        want: usize,
+        /// Bytes given.
+        got: usize,
+    },
+}
+
+/// Rows of the weight matrix dequantised together by one task.
+const TILE_ROWS: usize = 16;
+
+/// A source of weight rows: some quantised block format or plain f32.
+trait RowSource: Send + Sync {
+    /// Writes row `r` as f32 into `out` (length = number of columns).
+    fn row(&self, r: usize, out: &mut [f32]);
+}
+
+struct Blocks<B> {
+    blocks: Vec<B>,
+    per_row: usize,
+}
+
+impl<B: GgmlType> RowSource for Blocks<B> {
+    fn row(&self, r: usize, out: &mut [f32]) {
+        B::to_float(&self.blocks[r * self.per_row..(r + 1) * self.per_row], out);
+    }
+}
+
+struct Dense(Vec<f32>, usize);
+
+impl RowSource for Dense {
+    fn row(&self, r: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self.0[r * self.1..(r + 1) * self.1]);
+    }
+}
+
+/// A `rows x cols` weight matrix (`y = x · Wᵀ`), stored as in the file.
+pub struct QLinear {
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Quantisation type as found in the file.
+    pub dtype: GgmlDType,
+    src: Source,
+}
+
+/// Where the weights live: a fast-path packing or a generic block source.
+enum Source {
+    Packed(PackedMatrix),
+    Rows(Box<dyn RowSource>),
+}
+
+/// Copies raw little-endian block bytes into a properly aligned `Vec<B>`.
+fn blocks_from_bytes<B: GgmlType>(bytes: &[u8]) -> Vec<B> {
+    let size = std::mem::size_of::<B>();
+    let n = bytes.len() / size;
+    let mut v: Vec<B> = Vec::with_capacity(n);
+    // SAFETY: candle's block types are `repr(C)` structs of f16 and integer arrays, for
+    // which every bit pattern is valid, and `bytes` holds exactly `n * size` bytes of them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr() as *mut u8, n * size);
+        v.set_len(n);
+    }
+    v
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+impl QLinear {
+    /// A `rows x cols` matrix from raw GGUF data of `dtype` (row-major blocks), repacked
+    /// for the integer kernels where the type has them.
+    pub fn new(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<Self, LinearError> {
+        let block = dtype.block_size();
+        if !cols.is_multiple_of(block) {
+            return Err(LinearError::Blocks { dtype, cols, block });
+        }
+        let want = rows * cols / block * dtype.type_size();
+        if bytes.len() < want {
+            return Err(LinearError::Size { dtype, rows, cols, want, got: bytes.len() });
+        }
+        let bytes = &bytes[..want];
+        if let Some(p) = PackedMatrix::new(dtype, bytes, rows, cols) {
+            return Ok(Self {
+                rows,
+                cols,
+                dtype,
+                src: Source::Packed(p),
+            });
+        }
+        let per_row = cols / dtype.block_size();
+        fn b<B: GgmlType + 'static>(bytes: &[u8], per_row: usize) -> Box<dyn RowSource> {
+            Box::new(Blocks::<B> {
+                blocks: blocks_from_bytes(bytes),
+                per_row,
+            })
+        }
+        let src: Box<dyn RowSource> = match dtype {
+            GgmlDType::F32 => Box::new(Dense(f32s(bytes), cols)),
+            GgmlDType::F16 => Box::new(Dense(
+                bytes
+                    .chunks_exact(2)
+                    .map(|x| f16::from_le_bytes([x[0], x[1]]).to_f32())
+                    .collect(),
+                cols,
+            )),
+            GgmlDType::BF16 => Box::new(Dense(
+                bytes
+                    .chunks_exact(2)
+                    .map(|x| bf16::from_le_bytes([x[0], x[1]]).to_f32())
+                    .collect(),
+                cols,
+            )),
+            GgmlDType::Q4_0 => b::<BlockQ4_0>(bytes, per_row),
+            GgmlDType::Q4_1 => b::<BlockQ4_1>(bytes, per_row),
+            GgmlDType::Q5_0 => b::<BlockQ5_0>(bytes, per_row),
+            GgmlDType::Q5_1 => b::<BlockQ5_1>(bytes, per_row),
+            GgmlDType::Q8_0 => b::<BlockQ8_0>(bytes, per_row),
+            GgmlDType::Q2K => b::<BlockQ2K>(bytes, per_row),
+            GgmlDType::Q3K => b::<BlockQ3K>(bytes, per_row),
+            GgmlDType::Q4K => b::<BlockQ4K>(bytes, per_row),
+            GgmlDType::Q5K => b::<BlockQ5K>(bytes, per_row),
+            GgmlDType::Q6K => b::<BlockQ6K>(bytes, per_row),
+            other => return Err(LinearError::Type(other)),
+        };
+        Ok(Self {
+            rows,
+            cols,
+            dtype,
+            src: Source::Rows(src),
+        })
+    }
+
+    /// Row `r` as f32 (used for embedding lookups).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        match &self.src {
+            Source::Packed(p) => p.row(r, out),
+            Source::Rows(s) => s.row(r, out),
+        }
+    }
+
+    /// `y[n x rows] = x[n x cols] · Wᵀ`. Every output element is computed the same way
+    /// whatever `n` is, so a sequence gets identical numbers alone or inside a batch.
+    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        self.matmul_input(&Input::new(x, n), y)
+    }
+
+    /// As `matmul`, sharing the int8 quantisation of `x` with the other matrices that
+    /// take the same input.
+    pub fn matmul_input(&self, input: &Input, y: &mut [f32]) {
+        let (rows, cols, n, x) = (self.rows, self.cols, input.n, input.x);
+        assert_eq!(x.len(), n * cols, "activation shape");
+        assert_eq!(y.len(), n * rows, "output shape");
+        if n == 0 {
+            return;
+        }
+        let out = SendPtr(y.as_mut_ptr());
+        let src = match &self.src {
+            Source::Packed(p) => {
+                let acts = input.acts(cols);
+                let groups = p.groups();
+                let tasks = (rayon::current_num_threads() * 4).clamp(1, groups);
+                (0..tasks).into_par_iter().for_each(|t| {
+                    let (g0, g1) = (t * groups / tasks, (t + 1) * groups / tasks);
+                    // SAFETY: tasks own disjoint group ranges, so each output element
+                    // i*rows + r is written by exactly one task, in bounds.
+                    unsafe { p.matmul_groups(acts, g0, g1, out.get(), rows) };
+                });
+                return;
+            }
+            Source::Rows(s) => s,
+        };
+        (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each_init(
+            || vec![0f32; TILE_ROWS * cols],
+            |tile, t| {
+                let r0 = t * TILE_ROWS;
+                let r1 = (r0 + TILE_ROWS).min(rows);
+                for r in r0..r1 {
+                    src.row(r, &mut tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+                }
+                for (i, xi) in x.chunks_exact(cols).enumerate() {
+                    for r in r0..r1 {
+                        let d = dot(xi, &tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+                        // SAFETY: as above.
+                        unsafe { *out.get().add(i * rows + r) = d };
+                    }
+                }
+            },
+        );
+    }
+}
+
+/// Activations for one or more matmuls: the f32 rows and, made on first use, their int8
+/// quantisation.
+pub struct Input<'a> {
+    x: &'a [f32],
+    n: usize,
+    acts: OnceCell<QuantActs>,
+}
+
+impl<'a> Input<'a> {
+    /// `n` rows of `x`.
+    pub fn new(x: &'a [f32], n: usize) -> Self {
+        Self {
+            x,
+            n,
+            acts: OnceCell::new(),
+        }
+    }
+
+    fn acts(&self, cols: usize) -> &QuantActs {
+        let a = self
+            .acts
+            .get_or_init(|| QuantActs::new(self.x, self.n, cols));
+        assert_eq!(a.cols, cols, "one input, one width");
+        a
+    }
+}
+
+/// A raw pointer that may cross into rayon tasks writing disjoint elements.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used for writes to disjoint indices, see `QLinear::matmul`.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+impl QLinear {
+    /// A vector (a norm's weights) from raw GGUF data, as f32.
+    pub fn vector(dtype: GgmlDType, bytes: &[u8], len: usize) -> Result<Vec<f32>, LinearError> {
+        let lin = QLinear::new(dtype, bytes, 1, len)?;
+        let mut out = vec![0f32; len];
+        lin.row(0, &mut out);
+        Ok(out)
+    }
+}

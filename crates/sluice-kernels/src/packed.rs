@@ -1,0 +1,485 @@
+//! Quantised weights repacked for integer matmul kernels (llama.cpp's Q4_0x16 idea,
+//! generalised to every format `formats.rs` decodes).
+//!
+//! Rows are taken in groups of 16. For each group and each block of `bk` columns, the
+//! quants are stored chunk by chunk: chunk `c` is 64 bytes holding, for each of the 16
+//! rows `j`, its 4 quants of columns `4c..4c+4` at bytes `4j..4j+4`. One `vpdpbusd` of a
+//! chunk against 4 activation bytes broadcast to every lane then adds 4 products to each
+//! row's sum: 16 rows advance together and no horizontal reduction is ever needed.
+//! Formats whose quants fit in 4 bits store two chunks per 64 bytes (chunk `c` in the low
+//! nibbles, chunk `c + 4` in the high ones). Scales and offsets are stored per group and
+//! block as 16 lanes, in f16 when that is exact (the legacy formats) and f32 otherwise.
+//!
+//! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
+//! (`acts.rs`); integer sums are exact, and each output is computed in the same order
+//! whatever the batch size, so a sequence gets the same numbers alone or in a batch.
+
+use candle_core::quantized::GgmlDType;
+use half::f16;
+use rayon::prelude::*;
+
+use crate::acts::QuantActs;
+use crate::formats::{Format, decode_row};
+use crate::simd::Simd;
+
+/// Rows per group.
+pub const GROUP: usize = 16;
+/// Bytes per chunk (16 rows x 4 quants).
+const CHUNK: usize = 64;
+/// Activation rows that share one unpacked weight block.
+pub(crate) const ROWS: usize = 8;
+
+/// A weight matrix in the grouped layout.
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    /// Columns per block.
+    pub(crate) bk: usize,
+    /// Two quants per byte.
+    pub(crate) nibbles: bool,
+    /// Quants may exceed 63 (only the AVX2 path cares).
+    pub(crate) wide: bool,
+    /// Scales stored as f16 (else f32).
+    pub(crate) half: bool,
+    qs: Vec<u8>,
+    d: Vec<u8>,
+    m: Vec<u8>,
+}
+
+impl PackedMatrix {
+    /// Repacks GGUF data of `dtype`; `None` for types without a fast path or shapes it
+    /// cannot take.
+    pub fn new(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        let f = Format::of(dtype)?;
+        if !cols.is_multiple_of(f.block_weights) || !cols.is_multiple_of(32) {
+            return None;
+        }
+        let row_bytes = cols / f.block_weights * f.block_bytes;
+        if bytes.len() < rows * row_bytes {
+            return None;
+        }
+        let nb = cols / f.bk;
+        let groups = rows.div_ceil(GROUP);
+        let nibbles = f.max_u < 16;
+        // Decode every row once (in parallel), then interleave.
+        let mut u = vec![0u8; groups * GROUP * cols];
+        let mut d = vec![0f32; groups * GROUP * nb];
+        let mut m = vec![0f32; groups * GROUP * nb];
+        u.par_chunks_mut(cols)
+            .zip(d.par_chunks_mut(nb).zip(m.par_chunks_mut(nb)))
+            .take(rows)
+            .enumerate()
+            .for_each(|(r, (u, (d, m)))| {
+                decode_row(dtype, &bytes[r * row_bytes..(r + 1) * row_bytes], u, d, m)
+            });
+        let half = d.iter().chain(&m).all(|&v| f16::from_f32(v).to_f32() == v);
+        let mut p = Self {
+            rows,
+            cols,
+            bk: f.bk,
+            nibbles,
+            wide: f.max_u > 63,
+            half,
+            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles)],
+            d: Vec::new(),
+            m: Vec::new(),
+        };
+        let qb = p.block_quant_bytes();
+        p.qs.par_chunks_mut(qb)
+            .enumerate()
+            .for_each(|(i, out)| Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, &u, out));
+        // Scales: [group][block][16 lanes].
+        let lanes = |v: &[f32]| -> Vec<f32> {
+            let mut out = vec![0f32; groups * nb * GROUP];
+            for g in 0..groups {
+                for b in 0..nb {
+                    for j in 0..GROUP {
+                        out[(g * nb + b) * GROUP + j] = v[(g * GROUP + j) * nb + b];
+                    }
+                }
+            }
+            out
+        };
+        let bytes_of = |v: Vec<f32>| -> Vec<u8> {
+            if half {
+                v.iter()
+                    .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                    .collect()
+            } else {
+                v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            }
+        };
+        p.d = bytes_of(lanes(&d));
+        p.m = bytes_of(lanes(&m));
+        Some(p)
+    }
+
+    fn quant_bytes(bk: usize, nibbles: bool) -> usize {
+        let chunks = bk / 4;
+        if nibbles {
+            chunks / 2 * CHUNK
+        } else {
+            chunks * CHUNK
+        }
+    }
+
+    /// Quant bytes of one (group, block).
+    pub(crate) fn block_quant_bytes(&self) -> usize {
+        Self::quant_bytes(self.bk, self.nibbles)
+    }
+
+    fn pack_block(g: usize, b: usize, cols: usize, bk: usize, nib: bool, u: &[u8], out: &mut [u8]) {
+        let at = |j: usize, c: usize, t: usize| u[(g * GROUP + j) * cols + b * bk + 4 * c + t];
+        for j in 0..GROUP {
+            for t in 0..4 {
+                if nib {
+                    for c in 0..bk / 8 {
+                        out[c * CHUNK + 4 * j + t] = at(j, c, t) | (at(j, c + bk / 8, t) << 4);
+                    }
+                } else {
+                    for c in 0..bk / 4 {
+                        out[c * CHUNK + 4 * j + t] = at(j, c, t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row groups.
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP)
+    }
+
+    /// Blocks per row.
+    pub(crate) fn blocks(&self) -> usize {
+        self.cols / self.bk
+    }
+
+    /// Quants of (group, block).
+    #[inline(always)]
+    pub(crate) fn quants(&self, g: usize, b: usize) -> *const u8 {
+        let qb = self.block_quant_bytes();
+        self.qs[(g * self.blocks() + b) * qb..][..qb].as_ptr()
+    }
+
+    /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`).
+    #[inline(always)]
+    pub(crate) fn scales(&self, g: usize, b: usize) -> (*const u8, *const u8) {
+        let size = GROUP * if self.half { 2 } else { 4 };
+        let i = (g * self.blocks() + b) * size;
+        (self.d[i..i + size].as_ptr(), self.m[i..i + size].as_ptr())
+    }
+
+    fn scale_at(&self, v: &[u8], g: usize, b: usize, j: usize) -> f32 {
+        let i = (g * self.blocks() + b) * GROUP + j;
+        if self.half {
+            f16::from_le_bytes([v[2 * i], v[2 * i + 1]]).to_f32()
+        } else {
+            f32::from_le_bytes(v[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+        }
+    }
+
+    /// Quant `t` of row `j` of (group, block).
+    fn quant_at(&self, g: usize, b: usize, j: usize, t: usize) -> u8 {
+        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
+        let (c, tt) = (t / 4, t % 4);
+        if self.nibbles {
+            let half = self.bk / 8;
+            let byte = q[(c % half) * CHUNK + 4 * j + tt];
+            if c < half { byte & 0xF } else { byte >> 4 }
+        } else {
+            q[c * CHUNK + 4 * j + tt]
+        }
+    }
+
+    /// All quants of (group, block) as `u[row * bk + t]`.
+    fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
+        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
+        let bk = self.bk;
+        let half = bk / 8;
+        for j in 0..GROUP {
+            for c in 0..bk / 4 {
+                for t in 0..4 {
+                    u[j * bk + 4 * c + t] = if !self.nibbles {
+                        q[c * CHUNK + 4 * j + t]
+                    } else if c < half {
+                        q[c * CHUNK + 4 * j + t] & 0xF
+                    } else {
+                        q[(c - half) * CHUNK + 4 * j + t] >> 4
+                    };
+                }
+            }
+        }
+    }
+
+    /// Row `r` as f32 (`w = d * u + m`).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let (g, j) = (r / GROUP, r % GROUP);
+        for b in 0..self.blocks() {
+            let d = self.scale_at(&self.d, g, b, j);
+            let m = self.scale_at(&self.m, g, b, j);
+            for t in 0..self.bk {
+                out[b * self.bk + t] = d * self.quant_at(g, b, j, t) as f32 + m;
+            }
+        }
+    }
+
+    /// `y[i * stride + r] = x_i · W_r` for every activation row i and every row r of the
+    /// groups `g0..g1`, at the current SIMD level.
+    ///
+    /// # Safety
+    /// `y` must be valid for writes at those indices, and no other thread may write them.
+    pub unsafe fn matmul_groups(
+        &self,
+        a: &QuantActs,
+        g0: usize,
+        g1: usize,
+        y: *mut f32,
+        stride: usize,
+    ) {
+        // SAFETY: forwarded.
+        unsafe { self.matmul_groups_at(Simd::current(), a, g0, g1, y, stride) }
+    }
+
+    /// As `matmul_groups`, at a given level (which must not exceed `Simd::detected()`).
+    ///
+    /// # Safety
+    /// As `matmul_groups`.
+    pub unsafe fn matmul_groups_at(
+        &self,
+        level: Simd,
+        a: &QuantActs,
+        g0: usize,
+        g1: usize,
+        y: *mut f32,
+        stride: usize,
+    ) {
+        assert!(
+            g1 <= self.groups() && a.cols == self.cols && a.q.len() == a.n * a.cols,
+            "matmul shapes"
+        );
+        assert!(
+            level as u8 <= Simd::detected() as u8,
+            "{level:?} is not available on this CPU"
+        );
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the level's features are present (asserted); the caller's contract
+            // covers `y`.
+            Simd::Avx512 => unsafe { crate::avx512::packed_groups(self, a, g0, g1, y, stride) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Simd::Avx2 => unsafe { crate::avx2::packed_groups(self, a, g0, g1, y, stride) },
+            // SAFETY: the caller's contract covers `y`.
+            _ => unsafe { self.groups_portable(a, g0, g1, y, stride) },
+        }
+    }
+
+    /// Writes the 16 lanes of group `g` for activation row `i` (rows past the end are
+    /// padding and are dropped).
+    ///
+    /// # Safety
+    /// As `matmul_groups`.
+    #[inline(always)]
+    pub(crate) unsafe fn store(
+        &self,
+        g: usize,
+        i: usize,
+        lanes: &[f32; GROUP],
+        y: *mut f32,
+        stride: usize,
+    ) {
+        let valid = (self.rows - g * GROUP).min(GROUP);
+        for (j, v) in lanes.iter().take(valid).enumerate() {
+            // SAFETY: in bounds and exclusive by the caller's contract.
+            unsafe { *y.add(i * stride + g * GROUP + j) = *v };
+        }
+    }
+
+    /// Plain Rust: the definition the SIMD paths follow.
+    unsafe fn groups_portable(
+        &self,
+        a: &QuantActs,
+        g0: usize,
+        g1: usize,
+        y: *mut f32,
+        stride: usize,
+    ) {
+        let (bk, nb, cols) = (self.bk, self.blocks(), self.cols);
+        let sums = a.sums(bk);
+        let mut u = vec![0u8; GROUP * bk];
+        let mut acc = vec![[0f32; GROUP]; a.n];
+        for g in g0..g1 {
+            acc.iter_mut().for_each(|x| *x = [0.0; GROUP]);
+            for b in 0..nb {
+                self.unpack(g, b, &mut u);
+                let dw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.d, g, b, j));
+                let mw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.m, g, b, j));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let xq = &a.q[i * cols + b * bk..][..bk];
+                    let da = a.d[(i * cols + b * bk) / 32];
+                    let s = sums[i * nb + b];
+                    for j in 0..GROUP {
+                        let isum: i32 = u[j * bk..(j + 1) * bk]
+                            .iter()
+                            .zip(xq)
+                            .map(|(&w, &x)| w as i32 * x as i32)
+                            .sum();
+                        acc[j] += isum as f32 * (dw[j] * da);
+                        acc[j] += mw[j] * s;
+                    }
+                }
+            }
+            for (i, lanes) in acc.iter().enumerate() {
+                // SAFETY: the caller's contract.
+                unsafe { self.store(g, i, lanes, y, stride) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::k_quants::{
+        BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
+        GgmlType,
+    };
+
+    use crate::simd::noise;
+    use super::*;
+
+    /// Quantises random weights with candle and returns the file bytes and candle's own
+    /// dequantisation (the reference).
+    fn quantised<B: GgmlType>(rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+        let w = noise(rows * cols, 9);
+        let mut blocks = vec![B::zeros(); rows * cols / B::BLCK_SIZE];
+        B::from_float(&w, &mut blocks);
+        let mut deq = vec![0f32; rows * cols];
+        B::to_float(&blocks, &mut deq);
+        let size = std::mem::size_of::<B>();
+        // SAFETY: candle's blocks are plain `repr(C)` data; we read their bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(blocks.as_ptr() as *const u8, blocks.len() * size)
+        }
+        .to_vec();
+        (bytes, deq)
+    }
+
+    fn check(dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) {
+        let p = PackedMatrix::new(dtype, bytes, rows, cols).expect("fast path");
+        let mut row = vec![0f32; cols];
+        for r in 0..rows {
+            p.row(r, &mut row);
+            for (c, (a, b)) in row.iter().zip(&deq[r * cols..]).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{dtype:?} row {r} col {c}: {a} vs candle {b}"
+                );
+            }
+        }
+        for n in [1, 3, 4, 5, 9] {
+            let x = noise(n * cols, 7 + n as u32);
+            let acts = QuantActs::new(&x, n, cols);
+            // Plain f64 references: the packed weights against the int8 activations
+            // (what the kernels compute), and against the f32 activations with the bound
+            // of the activations' rounding error.
+            let mut exact = Vec::new();
+            let mut true_y = Vec::new();
+            let mut bound = Vec::new();
+            for i in 0..n {
+                for r in 0..rows {
+                    p.row(r, &mut row);
+                    let (mut e, mut t, mut bd) = (0f64, 0f64, 0f64);
+                    for (c, w) in row.iter().enumerate() {
+                        let k = i * cols + c;
+                        let da = acts.d[k / 32] as f64;
+                        e += *w as f64 * acts.q[k] as f64 * da;
+                        t += *w as f64 * x[k] as f64;
+                        bd += (*w as f64).abs() * da / 2.0;
+                    }
+                    exact.push(e);
+                    true_y.push(t);
+                    bound.push(bd);
+                }
+            }
+            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
+                if level as u8 > Simd::detected() as u8 {
+                    continue;
+                }
+                let mut y = vec![f32::NAN; n * rows];
+                // SAFETY: y has n * rows elements and this thread alone writes them.
+                unsafe { p.matmul_groups_at(level, &acts, 0, p.groups(), y.as_mut_ptr(), rows) };
+                for k in 0..n * rows {
+                    let got = y[k] as f64;
+                    assert!(
+                        (got - exact[k]).abs() < 1e-4 * (1.0 + exact[k].abs()),
+                        "{dtype:?} {level:?} n={n} [{k}]: {got} vs {}",
+                        exact[k]
+                    );
+                    assert!(
+                        (got - true_y[k]).abs() <= bound[k] + 1e-4,
+                        "{dtype:?} {level:?} n={n} [{k}]: {got} vs f32 {}",
+                        true_y[k]
+                    );
+                }
+                // Batch invariance: row 0 alone is bit-identical to row 0 in the batch.
+                let one = QuantActs::new(&x[..cols], 1, cols);
+                let mut y1 = vec![0f32; rows];
+                // SAFETY: as above.
+                unsafe { p.matmul_groups_at(level, &one, 0, p.groups(), y1.as_mut_ptr(), rows) };
+                assert_eq!(
+                    y1,
+                    y[..rows],
+                    "{dtype:?} {level:?} n={n}: batch changes row 0"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_format_matches_candle_on_every_level() {
+        // 37 rows: two full groups and a padded one.
+        let (rows, cols) = (37, 512);
+        macro_rules! case {
+            ($t:ty, $d:expr) => {{
+                let (b, deq) = quantised::<$t>(rows, cols);
+                check($d, &b, &deq, rows, cols);
+            }};
+        }
+        case!(BlockQ4_0, GgmlDType::Q4_0);
+        case!(BlockQ4_1, GgmlDType::Q4_1);
+        case!(BlockQ5_0, GgmlDType::Q5_0);
+        case!(BlockQ5_1, GgmlDType::Q5_1);
+        case!(BlockQ8_0, GgmlDType::Q8_0);
+        case!(BlockQ4K, GgmlDType::Q4K);
+        case!(BlockQ5K, GgmlDType::Q5K);
+        case!(BlockQ6K, GgmlDType::Q6K);
+        assert!(PackedMatrix::new(GgmlDType::F16, &[0; 64], 1, 32).is_none());
+    }
+
+    #[test]
+    fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
+        let (b, _) = quantised::<BlockQ4_1>(16, 64);
+        assert!(
+            PackedMatrix::new(GgmlDType::Q4_1, &b, 16, 64)
+                .expect("q4_1")
+                .half
+        );
+        let (b, _) = quantised::<BlockQ6K>(16, 256);
+        assert!(
+            !PackedMatrix::new(GgmlDType::Q6K, &b, 16, 256)
+                .expect("q6_k")
+                .half
+        );
+    }
+}
