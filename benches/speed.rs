@@ -44,7 +44,9 @@ fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
 /// Seconds from submission to the end of a request, and from its first token to its end.
 fn timed(eng: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (f64, f64) {
     let start = Instant::now();
-    let mut rx: EventStream = eng.submit(ValidRequest::greedy(prompt, max_tokens)).unwrap();
+    let mut rx: EventStream = eng
+        .submit(ValidRequest::greedy(prompt, max_tokens))
+        .unwrap();
     let mut first = None;
     loop {
         match rx.blocking_recv() {
@@ -56,10 +58,7 @@ fn timed(eng: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (f64, f64) 
         }
     }
     let first = first.expect("a token");
-    (
-        start.elapsed().as_secs_f64(),
-        first.elapsed().as_secs_f64(),
-    )
+    (start.elapsed().as_secs_f64(), first.elapsed().as_secs_f64())
 }
 
 /// Prefill of one 512-token prompt and decode of one sequence, through the engine.
@@ -70,7 +69,9 @@ fn runtime(eng: &EngineHandle, tok: &Tokenizer) -> (f64, f64) {
     // Like llama-bench's tg128: 128 tokens from an (almost) empty context.
     let (_, t) = timed(eng, prompt(tok, 1, 0), 129);
     let decode = 128.0 / t;
-    println!("single request: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s");
+    println!(
+        "single request: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
+    );
     (prefill, decode)
 }
 

@@ -263,7 +263,12 @@ impl ServeArgs {
         let cap = |v: usize| if v == 0 { context } else { v };
         let limits = Limits {
             context,
-            max_prompt_tokens: cap(int("max-prompt-tokens", self.max_prompt_tokens, 0, context)?),
+            max_prompt_tokens: cap(int(
+                "max-prompt-tokens",
+                self.max_prompt_tokens,
+                0,
+                context,
+            )?),
             max_new_tokens: cap(int("max-new-tokens", self.max_new_tokens, 0, context)?),
             max_n: int("max-n", self.max_n, 1, 128)?,
             max_stop: int("max-stop", self.max_stop, 0, 64)?,
@@ -386,7 +391,10 @@ mod tests {
             (&["--request-timeout", "inf"], "--request-timeout"),
             (&["--slots", "0"], "--slots 0"),
             (&["--context", "1"], "--context 1"),
-            (&["--max-new-tokens", "5000", "--context", "4096"], "--max-new-tokens 5000"),
+            (
+                &["--max-new-tokens", "5000", "--context", "4096"],
+                "--max-new-tokens 5000",
+            ),
             (&["--min-bucket", "0"], "--min-bucket"),
             (&["--max-n", "0"], "--max-n"),
             (&["--max-body-bytes", "10"], "--max-body-bytes"),
@@ -395,7 +403,10 @@ mod tests {
             let e = config(flags).expect_err(needle);
             assert!(e.contains(needle), "{flags:?}: {e}");
         }
-        assert!(config(&["--slots=-3"]).is_err(), "clap refuses negative counts");
+        assert!(
+            config(&["--slots=-3"]).is_err(),
+            "clap refuses negative counts"
+        );
     }
 
     #[test]

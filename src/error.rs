@@ -94,21 +94,29 @@ impl ApiError {
         use StatusCode as S;
         match self {
             ApiError::Validation(e) => match e {
-                ValidationError::Invalid { param, .. } => row(S::BAD_REQUEST, "invalid_value", Some(param)),
-                ValidationError::Limit { param, .. } => row(S::BAD_REQUEST, "limit_exceeded", Some(param)),
+                ValidationError::Invalid { param, .. } => {
+                    row(S::BAD_REQUEST, "invalid_value", Some(param))
+                }
+                ValidationError::Limit { param, .. } => {
+                    row(S::BAD_REQUEST, "limit_exceeded", Some(param))
+                }
                 ValidationError::ContextLength { param, .. } => {
                     row(S::BAD_REQUEST, "context_length_exceeded", Some(param))
                 }
-                ValidationError::ModelNotFound(_) => row(S::NOT_FOUND, "model_not_found", Some("model")),
-                ValidationError::Tokenizer(t) => return ApiError::Tokenizer(t.clone()).row(),
+                ValidationError::ModelNotFound(_) => {
+                    row(S::NOT_FOUND, "model_not_found", Some("model"))
+                }
+                ValidationError::Tokenizer(t) => ApiError::Tokenizer(t.clone()).row(),
             },
             ApiError::Submit(e) => match e {
                 SubmitError::QueueFull(_) | SubmitError::QueuedTokens(_) => {
                     row(S::TOO_MANY_REQUESTS, "queue_full", None)
                 }
-                SubmitError::TooLong { .. } => {
-                    row(S::BAD_REQUEST, "context_length_exceeded", Some("max_tokens"))
-                }
+                SubmitError::TooLong { .. } => row(
+                    S::BAD_REQUEST,
+                    "context_length_exceeded",
+                    Some("max_tokens"),
+                ),
                 SubmitError::Empty => row(S::BAD_REQUEST, "invalid_value", Some("prompt")),
                 SubmitError::EngineDown => row(S::SERVICE_UNAVAILABLE, "unavailable", None),
             },
@@ -126,17 +134,23 @@ impl ApiError {
                 TokenizerError::Decode(_) => row(S::BAD_REQUEST, "invalid_value", Some("tokens")),
                 TokenizerError::File { .. }
                 | TokenizerError::Vocab(_)
-                | TokenizerError::TemplateSyntax(_) => row(S::INTERNAL_SERVER_ERROR, "internal_error", None),
+                | TokenizerError::TemplateSyntax(_) => {
+                    row(S::INTERNAL_SERVER_ERROR, "internal_error", None)
+                }
             },
             ApiError::Reload(e) => match e {
-                ReloadError::Invalid { param, .. } => row(S::BAD_REQUEST, "invalid_value", Some(param)),
+                ReloadError::Invalid { param, .. } => {
+                    row(S::BAD_REQUEST, "invalid_value", Some(param))
+                }
                 ReloadError::Missing(_) => row(S::NOT_FOUND, "not_found", Some("path")),
                 ReloadError::Outside(_) => row(S::FORBIDDEN, "forbidden", Some("path")),
-                ReloadError::Incompatible(_) => {
-                    row(S::UNPROCESSABLE_ENTITY, "incompatible_checkpoint", Some("path"))
-                }
+                ReloadError::Incompatible(_) => row(
+                    S::UNPROCESSABLE_ENTITY,
+                    "incompatible_checkpoint",
+                    Some("path"),
+                ),
                 ReloadError::InProgress => row(S::CONFLICT, "conflict", None),
-                ReloadError::Busy(e) => return ApiError::Submit(e.clone()).row(),
+                ReloadError::Busy(e) => ApiError::Submit(e.clone()).row(),
                 ReloadError::EngineStopped => row(S::SERVICE_UNAVAILABLE, "unavailable", None),
             },
             ApiError::Http(e) => match e {

@@ -17,8 +17,8 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sluice_engine::checkpoint::{self, Signature};
-use sluice_engine::metrics::Metrics;
 use sluice_engine::kv::KvSlab;
+use sluice_engine::metrics::Metrics;
 use sluice_engine::{EngineHandle, Loaded, Model, TokenRow};
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -175,7 +175,11 @@ pub async fn run_with(
         .with_graceful_shutdown(stop)
         .into_future();
     let hard_stop = async move {
-        let Ok(end) = close_rx.wait_for(Option::is_some).await.map(|e| e.unwrap_or_else(Instant::now)) else {
+        let Ok(end) = close_rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|e| e.unwrap_or_else(Instant::now))
+        else {
             return std::future::pending().await;
         };
         tokio::time::sleep_until(end).await;

@@ -76,7 +76,8 @@ fn request(tok: &Tokenizer, i: usize) -> ValidRequest {
     let mut r = ValidRequest::greedy(prompt_of(tok, lens[i % lens.len()], i), 4 + (i * 5) % 29);
     r.stop_ids = tok.end_ids.clone();
     if i % 2 == 1 {
-        // Seeded sampling with mixed parameters in the same batch (E12, E14).
+        // Seeded sampling with mixed parameters in the same batch (docs/ARCHITECTURE.md,
+        // "Sampling").
         r.params.temperature = 0.7 + (i % 3) as f32 * 0.2;
         r.params.top_p = 0.9;
         r.params.top_k = if i.is_multiple_of(3) { 40 } else { 0 };
@@ -203,7 +204,6 @@ async fn refusals_are_immediate_and_dropping_a_stream_frees_the_slot() {
     tokio::time::timeout(Duration::from_secs(30), eng.idle())
         .await
         .expect("slots freed");
-    assert_eq!(eng.running(), 0);
     let c = finish(eng.submit(ValidRequest::greedy(p, 3)).unwrap()).await;
     assert_eq!(c.completion_tokens, 3);
 }

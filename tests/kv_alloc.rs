@@ -1,5 +1,6 @@
-//! The KV slab is allocated once (E4): after start-up, serving 1,000 requests never makes
-//! an allocation as large as one layer of the slab, and the slab's RSS stays flat.
+//! The KV slab is allocated once: after start-up, serving 1,000 requests never makes an
+//! allocation as large as one layer of the slab, and the slab's RSS stays flat
+//! (docs/ARCHITECTURE.md, "The KV slab").
 
 mod common;
 

@@ -38,7 +38,10 @@ async fn explicit_values_above_the_limits_are_refused_by_name() {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        (
+            r.status().as_u16(),
+            r.json::<serde_json::Value>().await.unwrap(),
+        )
     };
     let (s, v) = post(json!({"prompt": "Hi", "max_tokens": 17})).await;
     assert_eq!(s, 400, "{v}");

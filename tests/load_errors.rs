@@ -97,7 +97,7 @@ fn missing_and_non_gguf_files_are_refused() {
     assert!(matches!(load(&missing), Err(ModelError::Open { .. })));
     let p = tmp("not.gguf");
     std::fs::write(&p, b"definitely not a gguf file").unwrap();
-    let e = load(&p).err().expect("refused");
+    let e = load(&p).expect_err("refused");
     assert!(matches!(e, ModelError::NotGguf { .. }), "{e}");
 }
 

@@ -4,7 +4,6 @@
 
 mod common;
 
-
 use serde_json::{Value, json};
 
 #[tokio::test]

@@ -53,7 +53,10 @@ fn tokens(mut rx: EventStream) -> Vec<TokenEvent> {
 
 fn as_json(o: &[TokenEvent]) -> Value {
     let ids: Vec<u32> = o.iter().map(|t| t.id).collect();
-    let steps: Vec<Value> = o.iter().map(|s| json!({"id": s.id, "top": s.top})).collect();
+    let steps: Vec<Value> = o
+        .iter()
+        .map(|s| json!({"id": s.id, "top": s.top}))
+        .collect();
     json!({"greedy_ids": ids, "steps": steps})
 }
 

@@ -1,4 +1,4 @@
-//! Overload, disconnects, timeouts, limits, API keys and CORS against a real server with
+//! Overload, disconnects, limits, API keys and CORS against a real server with
 //! the real model. The tests share one server and take turns (`turn()`).
 
 mod common;
@@ -17,7 +17,9 @@ fn url() -> &'static str {
         c.max_queued_requests = 64;
         c.api_keys = vec!["key-one".into(), KEY.into()];
         c.cors_origins = vec!["https://chat.example".into()];
-        c.request_timeout = 4.0;
+        // No deadline here: the burst's queue takes as long as this machine needs
+        // (tests/timeouts.rs has a server with one).
+        c.request_timeout = 0.0;
         c.max_stop = 2;
         c.max_logit_bias = 2;
         c.max_top_logprobs = 3;
@@ -169,40 +171,6 @@ async fn fifty_clients_leaving_mid_stream_free_every_slot_within_a_second() {
     println!("50 disconnects: slots free after {freed:?}");
     let (s, _, v) = complete(json!({"model": m, "prompt": "Next", "max_tokens": 4})).await;
     assert_eq!(s, 200, "{v}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn requests_past_the_timeout_end_with_504_or_an_error_chunk() {
-    let _t = turn().await;
-    let m = model().await;
-    let long = json!({"model": m, "prompt": "Tell a very long story", "max_tokens": 900,
-                      "ignore_eos": true});
-    let t = Instant::now();
-    let (s, _, v) = complete(long.clone()).await;
-    assert_eq!(s, 504, "{v}");
-    assert_eq!(v["error"]["code"], "timeout");
-    assert!(t.elapsed() < Duration::from_secs(30));
-    let mut body = long;
-    body["stream"] = json!(true);
-    let text = client()
-        .post(format!("{}/v1/completions", url()))
-        .bearer_auth(KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let last = text.lines().rfind(|l| l.starts_with("data: ")).unwrap();
-    assert!(
-        last.contains("\"timeout\""),
-        "the stream ends with a timeout error: {last}"
-    );
-    assert!(
-        metric("sluice_requests_total{finish_reason=\"timeout\",route=\"completions\"}").await
-            >= 2.0
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

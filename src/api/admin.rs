@@ -98,4 +98,3 @@ pub struct WeightsInfo {
     /// The weights they replaced, if any.
     pub previous: Option<CheckpointInfo>,
 }
-

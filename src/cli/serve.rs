@@ -1,5 +1,7 @@
 //! `sluice serve`: the HTTP server.
 
+use std::io::IsTerminal;
+
 use sluice::config::ServeArgs;
 
 fn init_logs(format: &str) {
@@ -7,6 +9,7 @@ fn init_logs(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         fmt.json()

@@ -28,7 +28,8 @@ pub async fn health(State(s): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
 pub async fn ready(State(s): State<AppState>) -> Response {
     if !s.engine.is_alive() {
-        return ApiError::from(HttpError::NotReady("the engine thread has stopped")).into_response();
+        return ApiError::from(HttpError::NotReady("the engine thread has stopped"))
+            .into_response();
     }
     if s.draining.load(Ordering::SeqCst) {
         return ApiError::from(HttpError::NotReady("the server is shutting down")).into_response();

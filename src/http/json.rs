@@ -15,12 +15,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| match e.status().as_u16() {
-                413 => HttpError::BodyTooLarge,
-                _ => HttpError::UnreadableBody(e.body_text()),
-            })?;
+        let bytes =
+            Bytes::from_request(req, state)
+                .await
+                .map_err(|e| match e.status().as_u16() {
+                    413 => HttpError::BodyTooLarge,
+                    _ => HttpError::UnreadableBody(e.body_text()),
+                })?;
         parse(&bytes).map(Json)
     }
 }

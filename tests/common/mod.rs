@@ -217,6 +217,7 @@ fn address(line: &str) -> Option<String> {
     if !line.contains("listening") {
         return None;
     }
+    let line = strip_ansi(line);
     let at = line.find("address")? + "address".len();
     let rest = line[at..].trim_start_matches(['=', '"', ':']);
     let addr: String = rest
@@ -224,6 +225,24 @@ fn address(line: &str) -> Option<String> {
         .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
         .collect();
     addr.contains(':').then_some(addr)
+}
+
+/// `line` without terminal colour codes.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Runs `sluice <args>` to completion: (exit success, stdout, stderr).

@@ -13,12 +13,12 @@ use memmap2::Mmap;
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// The file cannot be opened (missing, unreadable).
-    #[error("cannot open model file {path}: {source}")]
+    #[error("cannot open model file {path}: {reason}")]
     Open {
         /// The path.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The file is not GGUF, or its header is damaged.
     #[error("{path} is not a readable GGUF file: {reason}")]
@@ -80,16 +80,16 @@ pub struct GgufFile {
 impl GgufFile {
     /// Memory-maps `path` and parses its header.
     pub fn open(path: &Path) -> Result<Self, ModelError> {
-        let file = File::open(path).map_err(|source| ModelError::Open {
+        let file = File::open(path).map_err(|reason| ModelError::Open {
             path: path.to_path_buf(),
-            source,
+            reason,
         })?;
         // SAFETY: the one `unsafe` outside sluice-kernels. The map is read-only; a model file
         // being rewritten underneath a running server is outside what we can defend
         // against, as for every mmap-based loader.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Open {
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|reason| ModelError::Open {
             path: path.to_path_buf(),
-            source,
+            reason,
         })?;
         let content =
             Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| ModelError::NotGguf {

@@ -1,4 +1,5 @@
-//! The KV cache slab: allocated once at start-up, written in place by every step (E4).
+//! The KV cache slab: allocated once at start-up, written in place by every step
+//! (docs/ARCHITECTURE.md, "The KV slab").
 //! Keys and values are stored as f16 (as llama.cpp does by default): attention at many
 //! streams is bound by reading them, and f16 halves that traffic.
 

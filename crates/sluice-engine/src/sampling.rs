@@ -1,6 +1,6 @@
-//! Per-request sampling (E11–E15): penalties and bias, temperature, top-k, top-p, min-p,
-//! with a random stream derived from (seed, step) so a request samples the same tokens
-//! alone or in any batch, in any slot.
+//! Per-request sampling: penalties and bias, temperature, top-k, top-p, min-p, with a
+//! random stream derived from (seed, step) so a request samples the same tokens alone or
+//! in any batch, in any slot (docs/ARCHITECTURE.md, "Sampling").
 
 use sluice_kernels::exp_fast;
 
@@ -71,7 +71,8 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The uniform number in [0, 1) for (seed, step): the fold_in of E14.
+/// The uniform number in [0, 1) for (seed, step): the `fold_in(seed, step)` random stream
+/// of docs/ARCHITECTURE.md, "Sampling".
 pub fn uniform(seed: u64, step: u64) -> f64 {
     (mix(mix(seed) ^ step) >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -1,5 +1,6 @@
-//! Slot leases (E5): a running sequence owns one row of the KV slab through a lease, and
-//! dropping the lease frees the slot, so no exit path can leak one.
+//! Slot leases: a running sequence owns one row of the KV slab through a lease, and
+//! dropping the lease frees the slot, so no exit path can leak one (docs/ARCHITECTURE.md,
+//! "Slots").
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -1,5 +1,6 @@
-//! Stop strings over the decoded text (E16): matched across token boundaries, never
-//! returned, and no prefix of one is streamed before it is known not to complete.
+//! Stop strings over the decoded text: matched across token boundaries, never returned,
+//! and no prefix of one is streamed before it is known not to complete
+//! (docs/ARCHITECTURE.md, "Stopping").
 
 /// Text produced so far by one sequence and how much of it has been released.
 #[derive(Clone, Debug, Default)]

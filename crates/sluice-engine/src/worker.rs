@@ -185,7 +185,8 @@ impl Worker {
         };
         // Dropping a queued entry drops its queue permit, which releases the counters.
         self.queue.retain(|q| keep(&q.tx, q.submitted, q.req.route));
-        self.running.retain(|s| keep(&s.tx, s.submitted, s.req.route));
+        self.running
+            .retain(|s| keep(&s.tx, s.submitted, s.req.route));
     }
 
     fn buckets(&self) -> Buckets {

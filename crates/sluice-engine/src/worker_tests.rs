@@ -21,7 +21,10 @@ fn tokenizer() -> Arc<Tokenizer> {
         .unk_token("t0".into())
         .build()
         .unwrap();
-    Arc::new(Tokenizer::new(tokenizers::Tokenizer::new(model), Vec::new()))
+    Arc::new(Tokenizer::new(
+        tokenizers::Tokenizer::new(model),
+        Vec::new(),
+    ))
 }
 
 type Calls = Arc<Mutex<Vec<Vec<TokenRow>>>>;
@@ -124,7 +127,11 @@ fn queued_requests_are_prefilled_in_bucket_batches() {
     assert_eq!(prompts_of(&calls[1]), vec![(0, 1)]);
     assert_eq!(prompts_of(&calls[2]), vec![(1, 3), (2, 5)]);
     assert_eq!(prompts_of(&calls[3]), vec![(3, 20)]);
-    assert_eq!(calls[4].len(), 4, "one decode step for every running sequence");
+    assert_eq!(
+        calls[4].len(),
+        4,
+        "one decode step for every running sequence"
+    );
 }
 
 #[test]
@@ -253,11 +260,16 @@ fn an_engine_panic_is_visible_before_any_client_hears_of_it() {
     let h = engine(1, config(4));
     let a = h.hold(ValidRequest::greedy(vec![2], 20));
     let (e, release) = (&h.e, &h.release);
-    let b = e.submit(ValidRequest::greedy(vec![PANIC_TOKEN], 3)).unwrap();
+    let b = e
+        .submit(ValidRequest::greedy(vec![PANIC_TOKEN], 3))
+        .unwrap();
     release.send(()).unwrap();
     for rx in [a, b] {
         let (_, end) = drain(rx);
-        assert!(!e.is_alive(), "the handle says dead before the client hears");
+        assert!(
+            !e.is_alive(),
+            "the handle says dead before the client hears"
+        );
         assert!(matches!(end, None | Some(Event::Error(EngineError::Died))));
     }
     assert_eq!(

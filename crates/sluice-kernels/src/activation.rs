@@ -5,6 +5,7 @@ use crate::attention::exp_fast;
 use crate::simd::Simd;
 
 /// `gate = silu(gate) * up`, element-wise.
+#[inline]
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
     match Simd::current() {
@@ -16,6 +17,7 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 }
 
 /// `gate = gelu(gate) * up`, element-wise (tanh approximation).
+#[inline]
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
     match Simd::current() {

@@ -120,8 +120,8 @@ pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use crate::simd::noise;
     use super::*;
+    use crate::simd::noise;
 
     #[test]
     fn every_level_quantises_alike() {

@@ -37,6 +37,7 @@ impl Attn<'_> {
 
 /// Softmax of the scaled scores `q · k` over positions `0..len`, then the weighted sum of
 /// the values, into `out` (`g x hd`). `scores` is scratch.
+#[inline]
 pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     match Simd::current() {
         #[cfg(target_arch = "x86_64")]
@@ -137,8 +138,8 @@ pub fn exp_fast(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::simd::noise;
     use super::*;
+    use crate::simd::noise;
 
     #[test]
     fn exp_fast_is_within_a_few_ulp() {
@@ -209,7 +210,9 @@ mod tests {
                     },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
-                    Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::attend(&a, &mut scratch, &mut out) },
+                    Simd::Avx2 | Simd::Avx512 => unsafe {
+                        crate::avx2::attend(&a, &mut scratch, &mut out)
+                    },
                     _ => attend_body(&a, &mut scratch, &mut out, |x, y, acc| x * y + acc),
                 }
                 for (a, b) in out.iter().zip(&want) {

@@ -8,7 +8,6 @@ use crate::acts::{Out, QuantActs};
 use crate::attention::Attn;
 use crate::packed::{GROUP, PackedMatrix};
 
-
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
 unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
@@ -137,7 +136,6 @@ pub(crate) unsafe fn packed_groups(
         }
     }
 }
-
 
 /// Activation quantisation (the plain loops, vectorised by the compiler).
 #[target_feature(enable = "avx2,fma")]

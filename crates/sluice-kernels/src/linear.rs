@@ -121,14 +121,25 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 impl QLinear {
     /// A `rows x cols` matrix from raw GGUF data of `dtype` (row-major blocks), repacked
     /// for the integer kernels where the type has them.
-    pub fn new(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<Self, LinearError> {
+    pub fn new(
+        dtype: GgmlDType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, LinearError> {
         let block = dtype.block_size();
         if !cols.is_multiple_of(block) {
             return Err(LinearError::Blocks { dtype, cols, block });
         }
         let want = rows * cols / block * dtype.type_size();
         if bytes.len() < want {
-            return Err(LinearError::Size { dtype, rows, cols, want, got: bytes.len() });
+            return Err(LinearError::Size {
+                dtype,
+                rows,
+                cols,
+                want,
+                got: bytes.len(),
+            });
         }
         let bytes = &bytes[..want];
         if let Some(p) = PackedMatrix::new(dtype, bytes, rows, cols) {

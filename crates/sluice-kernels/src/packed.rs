@@ -355,8 +355,8 @@ mod tests {
         GgmlType,
     };
 
-    use crate::simd::noise;
     use super::*;
+    use crate::simd::noise;
 
     /// Quantises random weights with candle and returns the file bytes and candle's own
     /// dequantisation (the reference).

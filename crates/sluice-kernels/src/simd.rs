@@ -36,6 +36,7 @@ impl Simd {
     }
 
     /// The level in force: `SLUICE_KERNEL` if set and supported, else the detected one.
+    #[inline]
     pub fn current() -> Simd {
         static LEVEL: OnceLock<Simd> = OnceLock::new();
         *LEVEL.get_or_init(|| {
@@ -64,6 +65,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `a · b` at a given level (tests compare the levels with each other).
+#[inline]
 pub fn dot_at(level: Simd, a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     match level {

@@ -10,11 +10,11 @@ use crate::api::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
     ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
 };
-use sluice_engine::{Finish, TokenEvent, Tokenizer};
 use crate::error::ApiError;
-use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
+use crate::http::{AppState, off_thread};
 use crate::validation;
+use sluice_engine::{Finish, TokenEvent, Tokenizer};
 
 /// Logprobs of `tokens` in the chat format.
 fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> ChatLogprobs {
@@ -127,8 +127,8 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     s.check_open()?;
     let st = s.clone();
-    let v = off_thread(move || validation::chat(&r, &st.tokenizer, &st.limits, &st.model_name))
-        .await?;
+    let v =
+        off_thread(move || validation::chat(&r, &st.tokenizer, &st.limits, &st.model_name)).await?;
     let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let id = request_id("chatcmpl");

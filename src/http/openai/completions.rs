@@ -11,11 +11,11 @@ use crate::api::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, GenerationErrors,
     Usage,
 };
-use sluice_engine::{Finish, TokenEvent, Tokenizer};
 use crate::error::ApiError;
-use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
+use crate::http::{AppState, off_thread};
 use crate::validation;
+use sluice_engine::{Finish, TokenEvent, Tokenizer};
 
 /// Logprobs of `tokens` in the completions format, offsets counted from `offset`.
 fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent], mut offset: usize) -> CompletionLogprobs {
@@ -119,10 +119,9 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     s.check_open()?;
     let st = s.clone();
-    let v = off_thread(move || {
-        validation::completion(&r, &st.tokenizer, &st.limits, &st.model_name)
-    })
-    .await?;
+    let v =
+        off_thread(move || validation::completion(&r, &st.tokenizer, &st.limits, &st.model_name))
+            .await?;
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let mut base = CompletionResponse {
         id: request_id("cmpl"),

@@ -5,4 +5,3 @@ pub mod completions;
 pub mod models;
 mod run;
 pub mod tokenize;
-

@@ -6,8 +6,8 @@ use crate::api::{
     DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
 };
 use crate::error::ApiError;
-use crate::http::{AppState, off_thread};
 use crate::http::json::Json;
+use crate::http::{AppState, off_thread};
 use crate::validation::{ValidationError, check_model, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.

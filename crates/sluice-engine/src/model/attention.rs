@@ -67,7 +67,10 @@ fn add_bias(x: &mut [f32], b: &[f32]) {
 impl Attention {
     /// Scratch for `n` rows.
     pub fn scratch(&self, n: usize) -> AttnScratch {
-        let (q, kv) = (self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim);
+        let (q, kv) = (
+            self.n_heads * self.head_dim,
+            self.n_kv_heads * self.head_dim,
+        );
         AttnScratch {
             q: vec![0f32; n * q],
             k: vec![0f32; n * kv],
@@ -108,7 +111,8 @@ impl Attention {
         for (i, r) in rows.iter().enumerate() {
             let t = &cs[i * half..(i + 1) * half];
             self.rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, t);
-            self.rope.apply(&mut s.k[i * kv_dim..(i + 1) * kv_dim], hd, t);
+            self.rope
+                .apply(&mut s.k[i * kv_dim..(i + 1) * kv_dim], hd, t);
             kv.write(
                 layer,
                 r.slot,

@@ -226,7 +226,12 @@ mod tests {
         let hd = 16;
         let x: Vec<f32> = (0..hd).map(|i| (i as f32).sin()).collect();
         let plain = Rope::new(hd, 500.0, RopeStyle::Neox, RopeScaling::None);
-        let scaled = Rope::new(hd, 500.0, RopeStyle::Neox, RopeScaling::Linear { factor: 4.0 });
+        let scaled = Rope::new(
+            hd,
+            500.0,
+            RopeStyle::Neox,
+            RopeScaling::Linear { factor: 4.0 },
+        );
         let (mut a, mut b) = (x.clone(), x.clone());
         plain.apply(&mut a, hd, &plain.table(&[row(3)]));
         scaled.apply(&mut b, hd, &scaled.table(&[row(12)]));

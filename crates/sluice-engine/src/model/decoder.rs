@@ -99,9 +99,7 @@ impl Decoder {
                 }
             };
             layer.attn_norm.rows(&x, &mut h);
-            layer
-                .attn
-                .forward(kv, l, rows, &tables[t].1, &h, &mut attn);
+            layer.attn.forward(kv, l, rows, &tables[t].1, &h, &mut attn);
             if let Some(norm) = &layer.post_attn_norm {
                 norm.rows_in_place(&mut attn.out);
             }
@@ -116,8 +114,10 @@ impl Decoder {
         let m = want.len();
         let mut last = vec![0f32; m * dim];
         for (j, &i) in want.iter().enumerate() {
-            self.out_norm
-                .row(&x[i * dim..(i + 1) * dim], &mut last[j * dim..(j + 1) * dim]);
+            self.out_norm.row(
+                &x[i * dim..(i + 1) * dim],
+                &mut last[j * dim..(j + 1) * dim],
+            );
         }
         let head = self.head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; m * head.rows];

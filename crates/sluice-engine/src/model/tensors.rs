@@ -5,7 +5,12 @@ use sluice_kernels::QLinear;
 use crate::gguf::{GgufFile, ModelError};
 
 /// A `rows x cols` matrix (`y = x · Wᵀ`), its shape checked against `(rows, cols)`.
-pub fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<QLinear, ModelError> {
+pub fn matrix(
+    file: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<QLinear, ModelError> {
     let (dtype, dims, bytes) = file.tensor(name)?;
     if dims != [rows, cols] {
         return Err(ModelError::Shape {

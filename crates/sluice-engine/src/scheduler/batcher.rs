@@ -1,5 +1,5 @@
 //! Prefill batch formation: a pure function of the queue, the free slots and a token
-//! budget (E1, E8).
+//! budget (docs/ARCHITECTURE.md, "Buckets and batches" and "The engine loop").
 
 use super::bucket::Buckets;
 

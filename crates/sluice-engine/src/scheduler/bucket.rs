@@ -1,4 +1,4 @@
-//! Power-of-two prompt-length buckets (E1, E2).
+//! Power-of-two prompt-length buckets (docs/ARCHITECTURE.md, "Buckets and batches").
 
 /// Bucketing limits, from the engine configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,8 +11,9 @@ pub struct Buckets {
 
 impl Buckets {
     /// The bucket of an `n`-token prompt: `max(min, next_power_of_two(n))`, capped at `max`
-    /// so that rounding never asks for more room than the context has (E2: the exact
-    /// length is used when the power of two would not fit).
+    /// so that rounding never asks for more room than the context has: the exact length
+    /// is used when the power of two would not fit (docs/ARCHITECTURE.md, "Buckets and
+    /// batches").
     pub fn of(&self, n: usize) -> usize {
         let b = n.max(1).next_power_of_two().max(self.min);
         if b > self.max { n.max(1) } else { b }

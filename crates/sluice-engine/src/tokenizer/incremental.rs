@@ -1,4 +1,5 @@
-//! Incremental detokenisation that only ever emits complete UTF-8 text (E17).
+//! Incremental detokenisation that only ever emits complete UTF-8 text
+//! (docs/ARCHITECTURE.md, "Detokenisation").
 //!
 //! The decoder keeps a window of recent ids and re-decodes it, emitting the new suffix
 //! only once it no longer ends in a replacement character (a multi-byte character split

@@ -71,11 +71,10 @@ impl Tokenizer {
     /// Builds the tokenizer from the GGUF metadata, or from `tokenizer_json` when given.
     pub fn from_gguf(file: &GgufFile, tokenizer_json: Option<&Path>) -> Result<Self, ModelError> {
         let inner = match tokenizer_json {
-            Some(p) => tokenizers::Tokenizer::from_file(p)
-                .map_err(|e| TokenizerError::File {
-                    path: p.display().to_string(),
-                    reason: e.to_string(),
-                })?,
+            Some(p) => tokenizers::Tokenizer::from_file(p).map_err(|e| TokenizerError::File {
+                path: p.display().to_string(),
+                reason: e.to_string(),
+            })?,
             None => gguf_vocab::build(file)?,
         };
         let vocab_size = inner.get_vocab_size(true);
@@ -117,10 +116,7 @@ impl Tokenizer {
     }
 
     /// Renders a conversation through the chat template with the generation prompt.
-    pub fn apply_chat_template(
-        &self,
-        messages: &[ChatMessage],
-    ) -> Result<String, TokenizerError> {
+    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
         self.chat_template
             .as_ref()
             .ok_or(TokenizerError::NoChatTemplate)?
