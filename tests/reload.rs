@@ -108,6 +108,56 @@ async fn greedy(max_tokens: usize) -> (String, String) {
     )
 }
 
+/// A streaming completion that has started: returns once its first token has arrived
+/// (the request is running in the engine); the task then yields Ok((text, fingerprint))
+/// when the stream ends with [DONE] and no error chunk.
+async fn started(
+    max_tokens: usize,
+    temperature: f64,
+) -> tokio::task::JoinHandle<Result<(String, String), String>> {
+    let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": max_tokens,
+                      "temperature": temperature, "stream": true});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/completions", url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let mut s = resp.bytes_stream();
+    let mut body = String::from_utf8_lossy(&s.next().await.unwrap().unwrap()).into_owned();
+    tokio::spawn(async move {
+        while let Some(chunk) = s.next().await {
+            body.push_str(&String::from_utf8_lossy(&chunk.map_err(|e| e.to_string())?));
+        }
+        let (mut text, mut fingerprint) = (String::new(), String::new());
+        for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            if line == "[DONE]" {
+                return Ok((text, fingerprint));
+            }
+            let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+            if v.get("error").is_some() {
+                return Err(v.to_string());
+            }
+            text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
+            fingerprint = v["system_fingerprint"].as_str().unwrap_or("").to_string();
+        }
+        Err(format!("no [DONE]: {body}"))
+    })
+}
+
+/// Waits until `GET /admin/weights` says a reload is in progress.
+async fn until_reloading() {
+    for _ in 0..3000 {
+        let (_, w) = admin("/admin/weights", None, Some(TOKEN)).await;
+        if w["reloading"] == true {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the reload never started");
+}
+
 /// A streaming completion: Ok(text) when it ends with [DONE] and no error chunk.
 async fn stream(max_tokens: usize) -> Result<String, String> {
     let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": max_tokens,
@@ -258,9 +308,12 @@ async fn reloads_swap_weights_without_losing_anything() {
     .await;
     refusal(s, &b, 400, "sideways");
 
-    // keep: streams in flight finish without error on the new weights.
-    let streams: Vec<_> = (0..4).map(|_| tokio::spawn(stream(64))).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // keep: streams in flight (each has its first token) finish without error on the new
+    // weights.
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        streams.push(started(64, 0.7).await);
+    }
     let (s, r) = reload(&var, "keep", "v2").await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["previous_version"], "v1");
@@ -276,19 +329,22 @@ async fn reloads_swap_weights_without_losing_anything() {
         .unwrap();
     assert_eq!(new, fresh_new, "same as a fresh server on the new file");
 
-    // wait: requests in flight all finish with old-weights output, then the swap.
-    let (long_new, _) = greedy(48).await;
-    let pending: Vec<_> = (0..4).map(|_| tokio::spawn(greedy(48))).collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // wait: requests in flight (each has its first token) all finish with old-weights
+    // output, then the swap; meanwhile another reload is refused.
+    let (long_new, _) = greedy(200).await;
+    let mut pending = Vec::new();
+    for _ in 0..4 {
+        pending.push(started(200, 0.0).await);
+    }
     let b = base.clone();
     let busy = tokio::spawn(async move { reload(&b, "wait", "v3").await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_reloading().await;
     let (s, b) = reload(&var, "keep", "v4").await;
     refusal(s, &b, 409, "in progress");
     for h in pending {
         assert_eq!(
             h.await.unwrap(),
-            (long_new.clone(), "v2".into()),
+            Ok((long_new.clone(), "v2".into())),
             "wait mode mixed weights"
         );
     }
@@ -297,8 +353,7 @@ async fn reloads_swap_weights_without_losing_anything() {
     assert_eq!(greedy(24).await, (old.clone(), "v3".into()));
 
     // abort: a running stream ends with an error chunk.
-    let victim = tokio::spawn(stream(400));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let victim = started(400, 0.7).await;
     let (s, r) = reload(&var, "abort", "v5").await;
     assert_eq!(s, 200, "{r}");
     assert!(r["aborted"].as_u64().unwrap() >= 1, "{r}");

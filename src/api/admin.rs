@@ -97,4 +97,6 @@ pub struct WeightsInfo {
     pub current: CheckpointInfo,
     /// The weights they replaced, if any.
     pub previous: Option<CheckpointInfo>,
+    /// Whether a reload is in progress (another one now gets 409).
+    pub reloading: bool,
 }

@@ -124,10 +124,13 @@ fn admin(s: &AppState) -> Result<&Arc<Admin>, ApiError> {
     responses((status = 200, body = WeightsInfo), (status = 401, body = crate::api::ErrorResponse))
 )]
 pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo>, ApiError> {
-    let r = admin(&s)?.record.lock().unwrap_or_else(|e| e.into_inner());
+    let admin = admin(&s)?;
+    let reloading = admin.busy.try_lock().is_err();
+    let r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
     Ok(axum::Json(WeightsInfo {
         current: r.current.clone().into(),
         previous: r.previous.clone().map(Into::into),
+        reloading,
     }))
 }
 
