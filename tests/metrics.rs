@@ -73,8 +73,22 @@ async fn counters_and_histograms_match_the_requests_made() {
             tokio::spawn(async move { req.send().await.unwrap().status().as_u16() })
         })
         .collect();
-    // Refusals come back at once; the one queued request waits for the slot.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Refusals come back at once; the one queued request waits for the slot. Wait until
+    // the server has seen all four (three refused, one waiting) before the long one leaves.
+    let refused_before = sample(
+        &before,
+        "sluice_requests_rejected_total{reason=\"queue_full\"}",
+    );
+    let seen = std::time::Instant::now();
+    loop {
+        let m = scrape(base).await;
+        let refused = sample(&m, "sluice_requests_rejected_total{reason=\"queue_full\"}");
+        if refused - refused_before >= 3.0 && sample(&m, "sluice_requests_waiting") == 1.0 {
+            break;
+        }
+        assert!(seen.elapsed() < std::time::Duration::from_secs(60), "{m}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     // The client of the long request leaves: its request is cancelled, the queued one runs.
     drop(long);
     let mut statuses = Vec::new();
