@@ -4,49 +4,13 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
-
-/// Counts allocations of at least `THRESHOLD` bytes.
-struct Counting;
-
-static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
-static BIG: AtomicUsize = AtomicUsize::new(0);
-
-fn note(size: usize) {
-    if size >= THRESHOLD.load(Ordering::Relaxed) {
-        BIG.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use sluice_kernels::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 fn rss_kb() -> usize {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -92,13 +56,13 @@ async fn a_thousand_requests_allocate_no_kv() {
     };
     // The first request proves the engine (and its slab) is up.
     run(1).await;
-    THRESHOLD.store(layer_bytes, Ordering::SeqCst);
+    GLOBAL.count_from(layer_bytes);
     let rss_before = rss_kb();
     for _ in 0..10 {
         run(100).await;
     }
-    let big = BIG.load(Ordering::SeqCst);
-    THRESHOLD.store(usize::MAX, Ordering::SeqCst);
+    let big = GLOBAL.counted();
+    GLOBAL.count_from(usize::MAX);
     assert_eq!(
         big, 0,
         "allocations of a KV layer's size ({layer_bytes} bytes) while serving"

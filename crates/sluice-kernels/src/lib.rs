@@ -13,6 +13,7 @@
 
 mod activation;
 mod acts;
+mod alloc;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -25,6 +26,7 @@ mod simd;
 
 pub use activation::{gelu_mul, silu_mul};
 pub use acts::{ABLOCK, QuantActs};
+pub use alloc::CountingAlloc;
 pub use attention::{Attn, attend_group, exp_fast};
 pub use linear::{Input, LinearError, QLinear};
 pub use packed::PackedMatrix;
