@@ -5,6 +5,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY crates crates
 COPY benches benches
 COPY openapi openapi
 RUN cargo build --release --locked --bin sluice

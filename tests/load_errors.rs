@@ -140,3 +140,22 @@ fn serve_and_generate_give_the_same_reason() {
         );
     }
 }
+
+/// A flag out of its range stops `sluice serve` before it listens, naming the flag.
+#[test]
+fn out_of_range_flags_are_start_up_errors() {
+    for (flag, value) in [
+        ("--shutdown-grace", "-1"),
+        ("--shutdown-grace", "NaN"),
+        ("--request-timeout", "1e300"),
+        ("--slots", "0"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let (ok, _, err) = common::run_sluice(&["serve", "--port", "0", &arg], &[]);
+        assert!(!ok, "{arg} is refused");
+        assert!(
+            err.contains(flag) && !err.contains("panicked"),
+            "{arg}: {err}"
+        );
+    }
+}

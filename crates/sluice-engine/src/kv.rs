@@ -91,23 +91,4 @@ impl KvSlab {
             &self.values[layer][o..o + len * self.head_dim],
         )
     }
-
-    /// Copies positions `0..len` of every layer from one slot to another (n > 1 sharing a
-    /// prompt, prefix reuse).
-    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
-        if from == to {
-            return;
-        }
-        let n = len * self.head_dim;
-        for layer in 0..self.keys.len() {
-            for h in 0..self.kv_heads {
-                let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
-                for d in 0..self.head_dim {
-                    let (s, t) = (src + d * self.stride, dst + d * self.stride);
-                    self.keys[layer].copy_within(s..s + len, t);
-                }
-                self.values[layer].copy_within(src..src + n, dst);
-            }
-        }
-    }
 }

@@ -18,17 +18,6 @@ impl Buckets {
         let b = n.max(1).next_power_of_two().max(self.min);
         if b > self.max { n.max(1) } else { b }
     }
-
-    /// Every bucket the engine can run, smallest first (the exact-length fallback aside).
-    pub fn all(&self) -> Vec<usize> {
-        let mut v = Vec::new();
-        let mut b = self.min.max(1).next_power_of_two();
-        while b <= self.max {
-            v.push(b);
-            b *= 2;
-        }
-        v
-    }
 }
 
 #[cfg(test)]
@@ -43,7 +32,6 @@ mod tests {
         assert_eq!(b.of(17), 32);
         assert_eq!(b.of(600), 1024);
         assert_eq!(b.of(2048), 2048);
-        assert_eq!(b.all(), vec![16, 32, 64, 128, 256, 512, 1024, 2048]);
     }
 
     #[test]
