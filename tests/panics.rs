@@ -25,7 +25,7 @@ async fn post(url: &str, body: &Value) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_and_engine_panics_are_contained() {
     let server = common::Spawned::ready(
-        &["serve", "--context", "512", "--served-model-name", "m"],
+        &["serve", "--context", "2048", "--served-model-name", "m"],
         &[("SLUICE_FAILPOINTS", "engine-panic,handler-panic")],
     )
     .await;
@@ -46,7 +46,9 @@ async fn handler_and_engine_panics_are_contained() {
     );
 
     // An engine panic while a stream is running: the stream ends with an error chunk.
-    let body = json!({"model": "m", "prompt": "A long story", "max_tokens": 300, "stream": true});
+    // Greedy, no end token, 2000 tokens: it is still running whenever the panic comes.
+    let body = json!({"model": "m", "prompt": "A long story", "max_tokens": 2000,
+                      "ignore_eos": true, "temperature": 0, "stream": true});
     let resp = reqwest::Client::new()
         .post(format!("{base}/v1/completions"))
         .json(&body)

@@ -115,8 +115,10 @@ async fn started(
     max_tokens: usize,
     temperature: f64,
 ) -> tokio::task::JoinHandle<Result<(String, String), String>> {
+    // No end token: the request runs its whole length, so it is in flight for as long as
+    // the test needs.
     let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": max_tokens,
-                      "temperature": temperature, "stream": true});
+                      "temperature": temperature, "ignore_eos": true, "stream": true});
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/completions", url()))
         .json(&body)
@@ -331,7 +333,10 @@ async fn reloads_swap_weights_without_losing_anything() {
 
     // wait: requests in flight (each has its first token) all finish with old-weights
     // output, then the swap; meanwhile another reload is refused.
-    let (long_new, _) = greedy(200).await;
+    let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": 200,
+                      "temperature": 0, "ignore_eos": true});
+    let v = common::post_json(&format!("{}/v1/completions", url()), &body).await;
+    let long_new = v["choices"][0]["text"].as_str().unwrap().to_string();
     let mut pending = Vec::new();
     for _ in 0..4 {
         pending.push(started(200, 0.0).await);

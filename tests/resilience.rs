@@ -135,7 +135,7 @@ async fn fifty_clients_leaving_mid_stream_free_every_slot_within_a_second() {
     let mut streams = Vec::new();
     for i in 0..50 {
         let body = json!({"model": m, "prompt": format!("Client {i} asks for a long story"),
-                          "max_tokens": 400, "stream": true});
+                          "max_tokens": 400, "ignore_eos": true, "stream": true});
         let r = client()
             .post(format!("{}/v1/completions", url()))
             .bearer_auth(KEY)
