@@ -299,16 +299,12 @@ async fn greedy_api_output_equals_sluice_generate() {
 
 /// Requests the engine has ended because their client left (from `/metrics`).
 async fn cancelled() -> u64 {
-    let text = reqwest::get(format!("{}/metrics", common::server()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("sluice_requests_total{") && l.contains("\"cancelled\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    common::metric(
+        common::server(),
+        "sluice_requests_total{",
+        &["\"cancelled\""],
+    )
+    .await as u64
 }
 
 /// Waits until the engine has ended at least `n` cancelled requests in all.

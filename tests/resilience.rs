@@ -66,16 +66,7 @@ async fn complete(body: Value) -> (u16, reqwest::header::HeaderMap, Value) {
 }
 
 async fn metric(name: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::metric(url(), name, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

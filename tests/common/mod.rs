@@ -292,3 +292,18 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The sum of every `/metrics` sample of `base` whose line starts with `series` (a name, or
+/// a name with some of its labels) and contains each of `labels`.
+pub async fn metric(base: &str, series: &str, labels: &[&str]) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("text body");
+    text.lines()
+        .filter(|l| l.starts_with(series) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
