@@ -88,6 +88,19 @@ fn drain(mut rx: EventStream) -> (Vec<u32>, Option<Event>) {
     (ids, None)
 }
 
+/// Blocks until the engine says no request is queued or running (30 s at most).
+fn wait_idle(e: &EngineHandle) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), e.idle())
+            .await
+            .expect("the engine goes idle")
+    });
+}
+
 fn chain(from: u32, step: u32, n: usize) -> Vec<u32> {
     (1..=n as u32)
         .map(|i| (from + i * step) % VOCAB as u32)
@@ -170,15 +183,7 @@ fn cancelled_requests_free_their_slot_or_never_run() {
     assert!(matches!(long.blocking_recv(), Some(Event::Token(_))));
     drop(long);
     release.send(()).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), e.idle())
-            .await
-            .expect("the engine goes idle once both clients left")
-    });
+    wait_idle(e);
     assert_eq!(e.waiting(), 0);
     let calls = calls.lock().unwrap();
     assert_eq!(
@@ -302,15 +307,7 @@ fn the_queue_limits_refuse_at_once_and_every_path_releases_its_place() {
     h.release.send(()).unwrap();
     drain(blocker);
     drain(b);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), e.idle())
-            .await
-            .expect("idle")
-    });
+    wait_idle(e);
     assert_eq!(e.waiting(), 0);
     let model: &dyn Model = &FakeModel::new(1);
     assert_eq!(model.shape().vocab, VOCAB);
