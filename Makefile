@@ -4,15 +4,21 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: model serve test lint bench
+.PHONY: model test-data serve test lint bench
 
 model:
 	@scripts/fetch-model >/dev/null
 
+# What the tests read beside the default model: Gemma 3 270M and llama.cpp's tokenizer
+# test vocabularies.
+test-data: model
+	@scripts/fetch-model gemma3 >/dev/null
+	@scripts/fetch-model vocabs >/dev/null
+
 serve: model
 	$(CARGO) run --release --bin sluice -- serve $(ARGS)
 
-test: model
+test: test-data
 	scripts/test-deps
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release --bin sluice

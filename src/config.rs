@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// A tokenizer.json to use instead of the vocabulary in the GGUF.
     #[arg(long, env = "SLUICE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's (or its family's built-in
+    /// one).
+    #[arg(long, env = "SLUICE_CHAT_TEMPLATE")]
+    pub chat_template: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, env = "SLUICE_HOST", default_value = "127.0.0.1")]
     pub host: String,
@@ -186,8 +190,8 @@ fn seconds(flag: &'static str, v: f64, hi: f64) -> Result<Duration, ConfigError>
 pub struct ModelConfig {
     /// The GGUF file.
     pub path: PathBuf,
-    /// A tokenizer.json replacing the GGUF vocabulary.
-    pub tokenizer: Option<PathBuf>,
+    /// What replaces parts of the file (tokenizer, chat template).
+    pub load: sluice_engine::LoadOptions,
     /// The id clients use.
     pub name: String,
 }
@@ -314,7 +318,10 @@ impl ServeArgs {
         Ok(Config {
             model: ModelConfig {
                 path: self.model_path(),
-                tokenizer: self.tokenizer.clone(),
+                load: sluice_engine::LoadOptions {
+                    tokenizer: self.tokenizer.clone(),
+                    chat_template: self.chat_template.clone(),
+                },
                 name: self.model_name(),
             },
             engine,

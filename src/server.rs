@@ -19,7 +19,7 @@ use serde_json::json;
 use sluice_engine::checkpoint::{self, Signature};
 use sluice_engine::kv::KvSlab;
 use sluice_engine::metrics::Metrics;
-use sluice_engine::{EngineHandle, Loaded, Model, TokenRow};
+use sluice_engine::{EngineHandle, LoadOptions, Loaded, Model, TokenRow};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -32,8 +32,8 @@ const CLOSE_AFTER_GRACE: Duration = Duration::from_millis(500);
 
 /// Loads a model file: the same call, and so the same error, for `sluice serve` and
 /// `sluice generate`.
-pub fn load_model(path: &Path, tokenizer: Option<&Path>) -> anyhow::Result<Loaded> {
-    sluice_engine::load(path, tokenizer).with_context(|| {
+pub fn load_model(path: &Path, options: &LoadOptions) -> anyhow::Result<Loaded> {
+    sluice_engine::load(path, options).with_context(|| {
         let hint = if path == crate::config::default_model_path() {
             " (run scripts/fetch-model to fetch the default model)"
         } else {
@@ -49,7 +49,7 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
         model,
         tokenizer,
         file,
-    } = load_model(&config.model.path, config.model.tokenizer.as_deref())?;
+    } = load_model(&config.model.path, &config.model.load)?;
     warm_up(&*model);
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::new(config.engine.slots, &config.model.name));

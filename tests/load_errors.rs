@@ -43,7 +43,7 @@ fn tensor(shape: &[usize], dtype: GgmlDType) -> QTensor {
 }
 
 fn load(path: &std::path::Path) -> Result<(), ModelError> {
-    sluice::engine::load(path, None).map(|_| ())
+    sluice::engine::load(path, &Default::default()).map(|_| ())
 }
 
 fn err(path: &std::path::Path) -> String {

@@ -110,8 +110,8 @@ fn a_tokenizer_json_gives_the_same_ids() {
     let path = std::env::temp_dir().join(format!("sluice-tokenizer-{}.json", std::process::id()));
     std::fs::write(&path, tok.to_json().unwrap()).unwrap();
     let file = sluice::engine::GgufFile::open(&common::model_path()).unwrap();
-    let from_json =
-        sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&path)).expect("tokenizer.json loads");
+    let from_json = sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&path), None)
+        .expect("tokenizer.json loads");
     let _ = std::fs::remove_file(&path);
     let r = reference();
     for (sec, e) in entries(&r) {
@@ -126,7 +126,7 @@ fn a_tokenizer_json_gives_the_same_ids() {
     }
     assert_eq!(from_json.end_ids, tok.end_ids);
     let bad = std::env::temp_dir().join("sluice-no-such-tokenizer.json");
-    assert!(sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&bad)).is_err());
+    assert!(sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&bad), None).is_err());
 }
 
 #[test]

@@ -195,7 +195,7 @@ async fn stream(max_tokens: usize) -> Result<String, String> {
 /// What a fresh engine on `path` answers greedily, in process.
 fn fresh(path: &Path, max_tokens: usize) -> String {
     use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
-    let loaded = sluice::load_model(path, None).unwrap();
+    let loaded = sluice::load_model(path, &Default::default()).unwrap();
     let tok = std::sync::Arc::new(loaded.tokenizer);
     let config = EngineConfig {
         slots: 1,

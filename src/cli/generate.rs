@@ -19,6 +19,9 @@ pub struct Args {
     /// A tokenizer.json to use instead of the GGUF vocabulary.
     #[arg(long, env = "SLUICE_TOKENIZER")]
     tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's.
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
     /// Raw prompt text (special tokens such as <|im_start|> are parsed).
     #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
     prompt: Option<String>,
@@ -56,7 +59,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let path = a.model.unwrap_or_else(default_model_path);
     let Loaded {
         model, tokenizer, ..
-    } = sluice::load_model(&path, a.tokenizer.as_deref())?;
+    } = sluice::load_model(
+        &path,
+        &sluice::engine::LoadOptions {
+            tokenizer: a.tokenizer.clone(),
+            chat_template: a.chat_template.clone(),
+        },
+    )?;
     let text = match (a.prompt, a.chat) {
         (Some(p), _) => p,
         (None, Some(c)) => tokenizer.apply_chat_template(&[ChatMessage {

@@ -30,7 +30,7 @@ pub fn reference() -> serde_json::Value {
 
 /// The default model and its tokenizer.
 pub fn load() -> Loaded {
-    sluice::load_model(&model_path(), None)
+    sluice::load_model(&model_path(), &Default::default())
         .unwrap_or_else(|e| panic!("{e:#}: run scripts/fetch-model before the tests"))
 }
 

@@ -63,6 +63,10 @@ pub enum ModelError {
         /// The shape the hyper-parameters imply.
         expected: Vec<usize>,
     },
+    /// Something the file declares that sluice does not implement (a RoPE scaling kind,
+    /// an option of the family).
+    #[error("{0}")]
+    Unsupported(String),
     /// The vocabulary, tokenizer or chat template cannot be built.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),

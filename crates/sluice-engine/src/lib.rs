@@ -29,7 +29,7 @@ mod worker;
 #[cfg(test)]
 mod worker_tests;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use gguf::{GgufFile, ModelError};
 pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
@@ -48,12 +48,30 @@ pub struct Loaded {
     pub file: GgufFile,
 }
 
-/// Opens a GGUF model file and builds its model and tokenizer (`tokenizer_json` replaces
-/// the GGUF vocabulary when given). Every failure names its cause.
-pub fn load(path: &Path, tokenizer_json: Option<&Path>) -> Result<Loaded, ModelError> {
+/// What may replace parts of a model file at load time.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// A `tokenizer.json` replacing the file's vocabulary.
+    pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file replacing the file's (or the family's built-in) one.
+    pub chat_template: Option<PathBuf>,
+}
+
+/// Opens a GGUF model file and builds its model and tokenizer. Every failure names its
+/// cause.
+pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
+    let template = match &options.chat_template {
+        Some(p) => Some(
+            std::fs::read_to_string(p).map_err(|reason| ModelError::Open {
+                path: p.clone(),
+                reason,
+            })?,
+        ),
+        None => None,
+    };
     let file = GgufFile::open(path)?;
     let model = model::load(&file)?;
-    let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json)?;
+    let tokenizer = Tokenizer::from_gguf(&file, options.tokenizer.as_deref(), template.as_deref())?;
     Ok(Loaded {
         model,
         tokenizer,

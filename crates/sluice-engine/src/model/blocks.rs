@@ -66,8 +66,8 @@ pub enum RopeStyle {
 }
 
 /// How positions are stretched for long contexts: the hook that scaling schemes
-/// (linear, YaRN, Llama 3's) fill in by changing the per-pair frequencies.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// fill in by changing the per-pair frequencies.
+#[derive(Clone, Debug, PartialEq)]
 pub enum RopeScaling {
     /// Frequencies as trained.
     None,
@@ -76,6 +76,9 @@ pub enum RopeScaling {
         /// The divisor.
         factor: f64,
     },
+    /// Pair `i`'s frequency divided by `factors[i]`: Llama 3's scaling and Phi-3's
+    /// longrope, which GGUF stores as a tensor (`rope_freqs`, `rope_factors_*`).
+    Factors(Vec<f32>),
 }
 
 /// Rotary position embeddings over the first `dim` dimensions of each head.
@@ -92,9 +95,10 @@ impl Rope {
         let inv_freq = (0..dim / 2)
             .map(|i| {
                 let f = (base as f64).powf(-((2 * i) as f64) / dim as f64);
-                match scaling {
+                match &scaling {
                     RopeScaling::None => f,
                     RopeScaling::Linear { factor } => f / factor,
+                    RopeScaling::Factors(v) => f / v.get(i).copied().unwrap_or(1.0) as f64,
                 }
             })
             .collect();

@@ -11,9 +11,12 @@
 
 use sluice_kernels::QLinear;
 
-use super::attention::Attention;
-use super::blocks::{Mlp, RmsNorm, Rope};
+use super::attention::{Attention, AttentionOptions};
+use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle};
+use super::hparams::Hparams;
+use super::tensors::{matrix, optional_matrix};
 use super::{Model, Shape, TokenRow, pool};
+use crate::gguf::{GgufFile, ModelError};
 use crate::kv::KvSlab;
 
 /// One transformer block.
@@ -48,6 +51,46 @@ pub struct Decoder {
     pub head: Option<QLinear>,
     /// Soft-cap of the final logits (Gemma 2).
     pub final_softcap: Option<f32>,
+}
+
+impl Decoder {
+    /// The plain pre-norm decoder most families are (llama, Mistral, Qwen 2/3, Phi-3):
+    /// `attn_norm`, attention, `ffn_norm`, gated MLP per layer; `output_norm`; an
+    /// `output` head or the embedding table tied. Biases, QK-norms and fused tensors are
+    /// taken as the file has them; the file's sliding window applies to every layer.
+    pub fn standard(
+        file: &GgufFile,
+        hp: &Hparams,
+        style: RopeStyle,
+        act: Activation,
+    ) -> Result<Decoder, ModelError> {
+        let rope = hp.rope(style);
+        let options = AttentionOptions {
+            window: hp.window,
+            ..AttentionOptions::default()
+        };
+        let mut layers = Vec::with_capacity(hp.n_layers);
+        for l in 0..hp.n_layers {
+            let p = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: hp.norm(file, &p("attn_norm"), hp.dim)?,
+                attn: hp.attention(file, l, rope.clone(), options.clone())?,
+                post_attn_norm: None,
+                ffn_norm: hp.norm(file, &p("ffn_norm"), hp.dim)?,
+                mlp: hp.mlp(file, l, act)?,
+                post_ffn_norm: None,
+            });
+        }
+        Ok(Decoder {
+            shape: hp.shape(),
+            embed: matrix(file, "token_embd.weight", hp.vocab, hp.dim)?,
+            embed_scale: None,
+            layers,
+            out_norm: hp.norm(file, "output_norm.weight", hp.dim)?,
+            head: optional_matrix(file, "output.weight", hp.vocab, hp.dim)?,
+            final_softcap: None,
+        })
+    }
 }
 
 impl Model for Decoder {

@@ -11,7 +11,11 @@ pub mod blocks;
 mod decoder;
 #[cfg(test)]
 pub(crate) mod fake;
+mod gemma3;
+mod hparams;
 mod llama;
+mod phi3;
+mod qwen;
 mod tensors;
 
 use std::sync::OnceLock;
@@ -72,7 +76,13 @@ pub trait Architecture: Sync {
 }
 
 /// Every architecture sluice runs.
-pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama];
+pub static ARCHITECTURES: &[&dyn Architecture] = &[
+    &llama::Llama,
+    &gemma3::Gemma3,
+    &qwen::Qwen2,
+    &qwen::Qwen3,
+    &phi3::Phi3,
+];
 
 /// The architecture of `file`, or an error naming what the file says it is.
 pub fn architecture(file: &GgufFile) -> Result<&'static dyn Architecture, ModelError> {

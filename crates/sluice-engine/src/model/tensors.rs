@@ -25,6 +25,50 @@ pub fn matrix(
     })
 }
 
+/// Rows `range` of a `total x cols` matrix (one part of a fused tensor such as Phi-3's
+/// `attn_qkv`).
+pub fn matrix_rows(
+    file: &GgufFile,
+    name: &str,
+    range: std::ops::Range<usize>,
+    total: usize,
+    cols: usize,
+) -> Result<QLinear, ModelError> {
+    let (dtype, dims, bytes) = file.tensor(name)?;
+    if dims != [total, cols] {
+        return Err(ModelError::Shape {
+            name: name.into(),
+            found: dims,
+            expected: vec![total, cols],
+        });
+    }
+    let tensor_err = |source| ModelError::Tensor {
+        name: name.into(),
+        source,
+    };
+    let block = dtype.block_size();
+    if !cols.is_multiple_of(block) {
+        return Err(tensor_err(sluice_kernels::LinearError::Blocks {
+            dtype,
+            cols,
+            block,
+        }));
+    }
+    let row_bytes = cols / block * dtype.type_size();
+    let part = bytes
+        .get(range.start * row_bytes..range.end * row_bytes)
+        .ok_or_else(|| {
+            tensor_err(sluice_kernels::LinearError::Size {
+                dtype,
+                rows: total,
+                cols,
+                want: total * row_bytes,
+                got: bytes.len(),
+            })
+        })?;
+    QLinear::new(dtype, part, range.len(), cols).map_err(tensor_err)
+}
+
 /// A 2-D matrix if the file has it (a tied output head, an optional projection).
 pub fn optional_matrix(
     file: &GgufFile,

@@ -1,4 +1,5 @@
-//! The model's chat template (`tokenizer.chat_template`), rendered with minijinja.
+//! The model's chat template (`tokenizer.chat_template`, a `--chat-template` file, or the
+//! family's built-in one), rendered with minijinja.
 
 use minijinja::{Environment, ErrorKind, context};
 use serde::{Deserialize, Serialize};
@@ -22,20 +23,58 @@ pub struct ChatTemplate {
     eos: String,
 }
 
-fn special(file: &GgufFile, tok: &tokenizers::Tokenizer, key: &str) -> String {
-    file.get_u64(key)
-        .ok()
-        .and_then(|id| tok.id_to_token(id as u32))
-        .unwrap_or_default()
+/// Gemma 3's template (from its `tokenizer_config.json`): a system message is folded into
+/// the first user turn, the assistant role is `model`, and every turn ends with
+/// `<end_of_turn>`.
+const GEMMA3: &str = r#"{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- else -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"#;
+
+/// The built-in template of a family whose files may come without one.
+pub fn builtin(file: &GgufFile) -> Option<&'static str> {
+    match file.get_str("general.architecture").ok()? {
+        "gemma3" | "gemma2" | "gemma" => Some(GEMMA3),
+        _ => None,
+    }
 }
 
 impl ChatTemplate {
     /// Compiles `source`; a template that does not parse is an error at load time.
-    pub fn new(
-        source: &str,
-        tok: &tokenizers::Tokenizer,
-        file: &GgufFile,
-    ) -> Result<Self, TokenizerError> {
+    pub fn new(source: &str, bos: String, eos: String) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -47,11 +86,7 @@ impl ChatTemplate {
         );
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TokenizerError::TemplateSyntax(e.to_string()))?;
-        Ok(Self {
-            env,
-            bos: special(file, tok, "tokenizer.ggml.bos_token_id"),
-            eos: special(file, tok, "tokenizer.ggml.eos_token_id"),
-        })
+        Ok(Self { env, bos, eos })
     }
 
     /// The conversation as prompt text, ending with the assistant's generation prompt.
