@@ -14,6 +14,7 @@ model:
 test-data: model
 	@scripts/fetch-model gemma3 >/dev/null
 	@scripts/fetch-model vocabs >/dev/null
+	@scripts/venv >/dev/null
 
 serve: model
 	$(CARGO) run --release --bin sluice -- serve $(ARGS)

@@ -85,6 +85,8 @@ pub enum RopeScaling {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rope {
     style: RopeStyle,
+    /// Factor on cos and sin (`rope.scaling.attn_factor`; 1 for most models).
+    mscale: f32,
     /// Per pair `i < dim/2`: the angle per position, `base^(-2i/dim)` after scaling.
     inv_freq: Vec<f64>,
 }
@@ -102,7 +104,17 @@ impl Rope {
                 }
             })
             .collect();
-        Self { style, inv_freq }
+        Self {
+            style,
+            mscale: 1.0,
+            inv_freq,
+        }
+    }
+
+    /// The same rotation with cos and sin multiplied by `m` (Phi-3's longrope attention
+    /// factor, as llama.cpp applies it).
+    pub fn with_mscale(self, m: f32) -> Self {
+        Self { mscale: m, ..self }
     }
 
     /// Per-row `(cos, sin)` of every pair's angle, computed in f64.
@@ -111,7 +123,7 @@ impl Rope {
         for r in rows {
             for inv in &self.inv_freq {
                 let a = r.pos as f64 * inv;
-                t.push((a.cos() as f32, a.sin() as f32));
+                t.push((a.cos() as f32 * self.mscale, a.sin() as f32 * self.mscale));
             }
         }
         t

@@ -34,6 +34,8 @@ pub struct Hparams {
     pub rope_dim: usize,
     /// RoPE scaling the file declares.
     pub rope_scaling: RopeScaling,
+    /// Factor on RoPE's cos and sin (`rope.scaling.attn_factor`).
+    pub rope_mscale: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
     /// Sliding window, when the file has one.
@@ -76,6 +78,9 @@ impl Hparams {
             rope_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_dim,
             rope_scaling: rope_scaling(file, &arch)?,
+            rope_mscale: file
+                .get_f32(&key("rope.scaling.attn_factor"))
+                .unwrap_or(1.0),
             rms_eps: file
                 .get_f32(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(default_eps),
@@ -99,6 +104,7 @@ impl Hparams {
     /// The rotary embedding with the file's base and scaling.
     pub fn rope(&self, style: RopeStyle) -> Rope {
         self.rope_with(style, self.rope_base, self.rope_scaling.clone())
+            .with_mscale(self.rope_mscale)
     }
 
     /// A rotary embedding over this model's rotated dimensions.

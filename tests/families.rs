@@ -1,0 +1,207 @@
+//! Every family sluice runs, on tiny random-weight models written by
+//! `scripts/golden/tiny_models.py`, against llama.cpp's greedy runs on the same files
+//! (`tests/data/tiny-models.json`): identical tokens on F32 files, close (the logprobs rule
+//! of `tests/data/README.md`) on Q8_0 files. The files are written afresh by the pinned
+//! gguf package and must hash to what llama.cpp ran.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sluice::engine::{EngineConfig, EngineHandle, Event, LoadOptions, TokenEvent, ValidRequest};
+
+/// A generated run: ids and, per step, the top-5 ids and the logprob gap between the
+/// first two.
+pub struct Run {
+    ids: Vec<u32>,
+    top: Vec<Vec<u32>>,
+    gap: Vec<f64>,
+}
+
+/// Below this gap (nats) between llama.cpp's first two tokens, the order in which two
+/// correct f32 implementations sum decides the pick: either token is accepted there.
+const TIE: f64 = 1e-3;
+
+fn golden() -> &'static Value {
+    static G: OnceLock<Value> = OnceLock::new();
+    G.get_or_init(|| {
+        let p = common::data_dir().join("tiny-models.json");
+        serde_json::from_str(&std::fs::read_to_string(p).expect("tiny-models.json")).unwrap()
+    })
+}
+
+/// The directory of tiny models, written once per test binary.
+pub fn models() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("sluice-tiny-{}", std::process::id()));
+        let venv = std::env::var_os("SLUICE_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/venv")
+            });
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/golden/tiny_models.py");
+        let out = Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg("write")
+            .arg(&dir)
+            .output()
+            .expect("the venv's python runs (scripts/venv makes it)");
+        assert!(
+            out.status.success(),
+            "tiny_models.py write: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn sha256(p: &Path) -> String {
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn llamacpp(name: &str) -> Vec<Run> {
+    golden()["models"][name]["llamacpp"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| Run {
+            ids: common::ids(&r["greedy_ids"]),
+            top: r["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    s["top"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| t[0].as_u64().unwrap() as u32)
+                        .collect()
+                })
+                .collect(),
+            gap: r["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    let lp = |i: usize| s["top"][i][1].as_f64().unwrap_or(f64::NEG_INFINITY);
+                    lp(0) - lp(1)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Greedy runs of every golden prompt, all submitted at once (they share batches).
+pub fn sluice_runs(path: &Path, options: &LoadOptions) -> Vec<Run> {
+    let loaded = sluice::engine::load(path, options).unwrap_or_else(|e| panic!("{e}"));
+    let prompts: Vec<Vec<u32>> = golden()["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(common::ids)
+        .collect();
+    let steps = golden()["steps"].as_u64().unwrap() as usize;
+    let config = EngineConfig {
+        slots: prompts.len(),
+        context: 256,
+        ..EngineConfig::default()
+    };
+    let end_ids = loaded.tokenizer.end_ids.clone();
+    let engine = EngineHandle::start(loaded.model, Arc::new(loaded.tokenizer), config);
+    let streams: Vec<_> = prompts
+        .into_iter()
+        .map(|p| {
+            let mut r = ValidRequest::greedy(p, steps);
+            r.logprobs = Some(5);
+            r.stop_ids = end_ids.clone();
+            engine.submit(r).expect("submits")
+        })
+        .collect();
+    streams
+        .into_iter()
+        .map(|mut rx| {
+            let mut out: Vec<TokenEvent> = Vec::new();
+            loop {
+                match rx.blocking_recv() {
+                    Some(Event::Token(t)) => out.push(t),
+                    Some(Event::Done(_)) => break,
+                    other => panic!("generation failed: {other:?}"),
+                }
+            }
+            Run {
+                ids: out.iter().map(|t| t.id).collect(),
+                top: out
+                    .iter()
+                    .map(|t| t.top.iter().map(|x| x.0).collect())
+                    .collect(),
+                gap: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// Identical until the first divergence, and there each side's token in the other's top 5.
+fn close(a: &Run, b: &Run) -> bool {
+    match a.ids.iter().zip(&b.ids).position(|(x, y)| x != y) {
+        None => a.ids.len() == b.ids.len(),
+        Some(n) => b.top[n].contains(&a.ids[n]) && a.top[n].contains(&b.ids[n]),
+    }
+}
+
+/// Identical, except that where llama.cpp's (`b`) first two tokens tie within `TIE`,
+/// `a` may pick the other one (and the runs are not compared past it).
+fn identical(a: &Run, b: &Run) -> bool {
+    match a.ids.iter().zip(&b.ids).position(|(x, y)| x != y) {
+        None => a.ids.len() == b.ids.len(),
+        Some(n) => b.gap[n] < TIE && b.top[n].get(1) == Some(&a.ids[n]),
+    }
+}
+
+/// Compares sluice on `path` with llama.cpp's runs of model `name`.
+pub fn check(name: &str, path: &Path, options: &LoadOptions, exact: bool) -> Result<(), String> {
+    let want = llamacpp(name);
+    let got = sluice_runs(path, options);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let ok = if exact { identical(g, w) } else { close(g, w) };
+        if !ok {
+            return Err(format!(
+                "{name} prompt {i}: sluice {:?}\n  llama.cpp {:?}",
+                g.ids, w.ids
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_family_matches_llama_cpp_on_tiny_models() {
+    let models = golden()["models"].as_object().expect("models");
+    let mut failures = Vec::new();
+    for (name, m) in models {
+        let path = models_dir_file(name);
+        assert_eq!(
+            sha256(&path),
+            m["sha256"].as_str().unwrap(),
+            "{name}: the written file differs from the one llama.cpp ran (gguf/numpy versions?)"
+        );
+        let exact = name.ends_with("-f32");
+        if let Err(e) = check(name, &path, &LoadOptions::default(), exact) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn models_dir_file(name: &str) -> PathBuf {
+    models().join(format!("{name}.gguf"))
+}
