@@ -29,9 +29,14 @@ pub fn default_model_path() -> PathBuf {
 /// checks every value once and makes the [`Config`] the server runs on.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// GGUF model file (default: the SmolLM2-135M-Instruct fetched by scripts/fetch-model).
+    /// GGUF model file or Hugging Face folder (default: the SmolLM2-135M-Instruct fetched
+    /// by scripts/fetch-model).
     #[arg(long, env = "SLUICE_MODEL")]
     pub model: Option<PathBuf>,
+    /// What a Hugging Face folder's weight matrices are quantised to at load time:
+    /// q8_0, q4_0, q4_k or none.
+    #[arg(long, env = "SLUICE_QUANTIZE", default_value = "q8_0")]
+    pub quantize: String,
     /// A tokenizer.json to use instead of the vocabulary in the GGUF.
     #[arg(long, env = "SLUICE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
@@ -159,6 +164,14 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// Parses `--quantize`.
+pub fn quantize(v: &str) -> Result<sluice_engine::hf::Quantize, ConfigError> {
+    sluice_engine::hf::Quantize::parse(v).ok_or_else(|| ConfigError::Invalid {
+        flag: "quantize",
+        reason: format!("`{v}` is not one of q8_0, q4_0, q4_k, none"),
+    })
 }
 
 fn int(flag: &'static str, v: usize, lo: usize, hi: usize) -> Result<usize, ConfigError> {
@@ -321,6 +334,7 @@ impl ServeArgs {
                 load: sluice_engine::LoadOptions {
                     tokenizer: self.tokenizer.clone(),
                     chat_template: self.chat_template.clone(),
+                    quantize: quantize(&self.quantize)?,
                 },
                 name: self.model_name(),
             },

@@ -57,7 +57,7 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
         Some(a) => {
             let current = checkpoint::describe(&config.model.path, &config.engine.weights_version)
                 .with_context(|| format!("reading {}", config.model.path.display()))?;
-            let signature = Signature::of(&file)?;
+            let signature = Signature::of(&file, config.model.load.quantize)?;
             Some(Arc::new(http::admin::Admin::new(
                 a.token.clone(),
                 &a.reload_dirs,

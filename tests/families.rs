@@ -205,3 +205,72 @@ fn every_family_matches_llama_cpp_on_tiny_models() {
 fn models_dir_file(name: &str) -> PathBuf {
     models().join(format!("{name}.gguf"))
 }
+
+#[test]
+fn hugging_face_folders_match_the_same_weights_in_gguf() {
+    use sluice::engine::hf::Quantize;
+    for family in ["qwen2", "gemma3"] {
+        let dir = models().join(format!("hf-{family}"));
+        // As stored (F32): llama.cpp's tokens on the F32 GGUF of the same weights.
+        let none = LoadOptions {
+            quantize: Quantize::None,
+            ..LoadOptions::default()
+        };
+        check(&format!("{family}-f32"), &dir, &none, true).unwrap();
+        // Quantised at load to Q8_0 (the default): close to llama.cpp on the Q8_0 GGUF.
+        check(
+            &format!("{family}-q8_0"),
+            &dir,
+            &LoadOptions::default(),
+            false,
+        )
+        .unwrap();
+        // The folder's tokenizer and chat template are used.
+        let loaded = sluice::engine::load(&dir, &LoadOptions::default()).unwrap();
+        let tok = loaded.tokenizer;
+        let text = tok
+            .apply_chat_template(&[sluice::tokenizer::ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }])
+            .unwrap();
+        assert_eq!(text, "<s>user: hi\n<s>assistant: ");
+        let id = |t: &str| tok.id(t).unwrap();
+        assert_eq!(
+            tok.encode("<s>the").unwrap(),
+            vec![1, id("t"), id("h"), id("e")]
+        );
+        assert!(tok.end_ids.contains(&2));
+    }
+}
+
+#[test]
+fn a_folder_that_cannot_be_served_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("sluice-bad-hf-{}", std::process::id()));
+    let src = models().join("hf-qwen2");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let config = dir.join("config.json");
+    let orig = std::fs::read_to_string(&config).unwrap();
+    let err = |c: &str| {
+        std::fs::write(&config, c).unwrap();
+        match sluice::engine::load(&dir, &LoadOptions::default()) {
+            Ok(_) => panic!("{c} loads"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = err(&orig.replace("\"qwen2\"", "\"mamba\""));
+    assert!(e.contains("mamba"), "{e}");
+    let e = err(&orig.replace(
+        "\"rope_theta\"",
+        "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, \"rope_theta\"",
+    ));
+    assert!(e.contains("yarn"), "{e}");
+    std::fs::remove_file(dir.join("model-00002-of-00002.safetensors")).unwrap();
+    let e = err(&orig);
+    assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

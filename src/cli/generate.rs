@@ -22,6 +22,9 @@ pub struct Args {
     /// A Jinja chat template file to use instead of the model's.
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    /// What a Hugging Face folder's weight matrices are quantised to: q8_0, q4_0, q4_k, none.
+    #[arg(long, default_value = "q8_0")]
+    quantize: String,
     /// Raw prompt text (special tokens such as <|im_start|> are parsed).
     #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
     prompt: Option<String>,
@@ -64,6 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         &sluice::engine::LoadOptions {
             tokenizer: a.tokenizer.clone(),
             chat_template: a.chat_template.clone(),
+            quantize: sluice::config::quantize(&a.quantize)?,
         },
     )?;
     let text = match (a.prompt, a.chat) {

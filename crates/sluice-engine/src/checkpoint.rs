@@ -31,6 +31,8 @@ pub struct Checkpoint {
 /// Everything that must match for a swap without rebuilding the engine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Signature {
+    /// How a Hugging Face folder was quantised at load (a reload uses the same).
+    pub quantize: crate::hf::Quantize,
     config: String,
     tensors: BTreeMap<String, (String, Vec<usize>)>,
     vocab: Vec<String>,
@@ -40,7 +42,7 @@ impl Signature {
     /// Reads the signature of an open file (its architecture must be supported): the
     /// architecture with every `<arch>.*` hyper-parameter, the tensor directory and the
     /// vocabulary.
-    pub fn of(file: &GgufFile) -> Result<Signature, ModelError> {
+    pub fn of(file: &GgufFile, quantize: crate::hf::Quantize) -> Result<Signature, ModelError> {
         let arch = model::architecture(file)?.name();
         let prefix = format!("{arch}.");
         let params: BTreeMap<&str, String> = file
@@ -68,6 +70,7 @@ impl Signature {
             _ => Vec::new(),
         };
         Ok(Signature {
+            quantize,
             config,
             tensors,
             vocab,
@@ -128,17 +131,33 @@ pub enum CheckpointError {
 
 /// Hex SHA-256 and size of a file.
 pub fn digest(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut f = std::fs::File::open(path)?;
+    // A folder: its files' names and contents, in name order.
+    let files = if path.is_dir() {
+        let mut f: Vec<_> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        f.sort();
+        f
+    } else {
+        vec![path.to_path_buf()]
+    };
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
+    for p in &files {
+        if path.is_dir() {
+            h.update(p.file_name().unwrap_or_default().as_encoded_bytes());
         }
-        size += n as u64;
-        h.update(&buf[..n]);
+        let mut f = std::fs::File::open(p)?;
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            size += n as u64;
+            h.update(&buf[..n]);
+        }
     }
     let hex = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     Ok((hex, size))
@@ -164,11 +183,12 @@ pub fn prepare(
     running: &Signature,
     version: &str,
 ) -> Result<(Box<dyn Model>, Checkpoint), CheckpointError> {
-    let file = GgufFile::open(path).map_err(|e| match e {
+    let file = crate::open_model(path, running.quantize).map_err(|e| match e {
         ModelError::Open { .. } => CheckpointError::Unreadable(e.to_string()),
         other => CheckpointError::Incompatible(other.to_string()),
     })?;
-    let sig = Signature::of(&file).map_err(|e| CheckpointError::Incompatible(e.to_string()))?;
+    let sig = Signature::of(&file, running.quantize)
+        .map_err(|e| CheckpointError::Incompatible(e.to_string()))?;
     if let Some(why) = running.mismatch(&sig) {
         return Err(CheckpointError::Incompatible(why));
     }

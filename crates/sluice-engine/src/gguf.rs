@@ -6,7 +6,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::GgmlDType;
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::{Content, TensorInfo, Value, VersionedMagic};
 use memmap2::Mmap;
 
 /// Why a model file cannot be opened or run.
@@ -72,13 +72,31 @@ pub enum ModelError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
 }
 
-/// An open GGUF file: its parsed header and the memory map holding the tensor data.
+/// An open GGUF file: its parsed header and the memory map holding the tensor data. A
+/// Hugging Face folder is converted into the same form in memory (`hf/`).
 pub struct GgufFile {
-    /// Path the file was opened from.
+    /// Path the file (or folder) was opened from.
     pub path: PathBuf,
     /// Header: metadata and tensor directory.
     pub content: Content,
-    mmap: Mmap,
+    data: Data,
+}
+
+/// Where the tensor bytes are.
+enum Data {
+    /// The mapped file (offsets from `tensor_data_offset`).
+    Mapped(Mmap),
+    /// Converted in memory.
+    Owned(Vec<u8>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => &m[..],
+            Data::Owned(v) => v,
+        }
+    }
 }
 
 impl GgufFile {
@@ -103,8 +121,38 @@ impl GgufFile {
         Ok(Self {
             path: path.to_path_buf(),
             content,
-            mmap,
+            data: Data::Mapped(mmap),
         })
+    }
+
+    /// A model built in memory: metadata as GGUF names it and tensors as
+    /// `(name, type, shape outermost first, raw bytes)`.
+    pub fn from_parts(
+        path: &Path,
+        metadata: HashMap<String, Value>,
+        tensors: Vec<(String, GgmlDType, Vec<usize>, Vec<u8>)>,
+    ) -> Self {
+        let mut data = Vec::new();
+        let mut tensor_infos = HashMap::new();
+        for (name, dtype, dims, bytes) in tensors {
+            let info = TensorInfo {
+                ggml_dtype: dtype,
+                shape: candle_core::Shape::from(dims),
+                offset: data.len() as u64,
+            };
+            data.extend_from_slice(&bytes);
+            tensor_infos.insert(name, info);
+        }
+        Self {
+            path: path.to_path_buf(),
+            content: Content {
+                magic: VersionedMagic::GgufV3,
+                metadata,
+                tensor_infos,
+                tensor_data_offset: 0,
+            },
+            data: Data::Owned(data),
+        }
     }
 
     /// All metadata entries.
@@ -179,13 +227,14 @@ impl GgufFile {
         let dtype = info.ggml_dtype;
         let bytes = elems / dtype.block_size() * dtype.type_size();
         let start = (self.content.tensor_data_offset + info.offset) as usize;
-        let data = self
-            .mmap
-            .get(start..start + bytes)
-            .ok_or_else(|| ModelError::NotGguf {
-                path: self.path.clone(),
-                reason: format!("tensor `{name}` lies past the end of the file"),
-            })?;
+        let data =
+            self.data
+                .bytes()
+                .get(start..start + bytes)
+                .ok_or_else(|| ModelError::NotGguf {
+                    path: self.path.clone(),
+                    reason: format!("tensor `{name}` lies past the end of the file"),
+                })?;
         Ok((dtype, dims, data))
     }
 }

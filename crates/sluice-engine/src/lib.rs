@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod failpoint;
 pub mod gguf;
 mod handle;
+pub mod hf;
 pub mod kv;
 pub mod metrics;
 pub mod model;
@@ -55,6 +56,17 @@ pub struct LoadOptions {
     pub tokenizer: Option<PathBuf>,
     /// A Jinja chat template file replacing the file's (or the family's built-in) one.
     pub chat_template: Option<PathBuf>,
+    /// What a Hugging Face folder's weight matrices become.
+    pub quantize: hf::Quantize,
+}
+
+/// Opens a model: a GGUF file, or a Hugging Face folder converted in memory.
+pub fn open_model(path: &Path, quantize: hf::Quantize) -> Result<GgufFile, ModelError> {
+    if path.is_dir() {
+        hf::open(path, quantize)
+    } else {
+        GgufFile::open(path)
+    }
 }
 
 /// Opens a GGUF model file and builds its model and tokenizer. Every failure names its
@@ -69,9 +81,14 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
         ),
         None => None,
     };
-    let file = GgufFile::open(path)?;
+    let file = open_model(path, options.quantize)?;
     let model = model::load(&file)?;
-    let tokenizer = Tokenizer::from_gguf(&file, options.tokenizer.as_deref(), template.as_deref())?;
+    // A folder's tokenizer is its tokenizer.json.
+    let tokenizer_json = options
+        .tokenizer
+        .clone()
+        .or_else(|| path.is_dir().then(|| path.join("tokenizer.json")));
+    let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json.as_deref(), template.as_deref())?;
     Ok(Loaded {
         model,
         tokenizer,

@@ -22,6 +22,7 @@ mod avx512;
 mod formats;
 mod linear;
 mod packed;
+mod quantize;
 mod simd;
 
 pub use activation::{gelu_mul, silu_mul};
@@ -30,4 +31,5 @@ pub use alloc::CountingAlloc;
 pub use attention::{Attn, attend_group, exp_fast};
 pub use linear::{Input, LinearError, QLinear};
 pub use packed::PackedMatrix;
+pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};
