@@ -55,21 +55,21 @@ fn err(path: &std::path::Path) -> String {
 
 #[test]
 fn another_architecture_is_named() {
-    let p = tmp("gemma3.gguf");
+    let p = tmp("mamba.gguf");
     write(
         &p,
-        "gemma3",
+        "mamba",
         &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
     );
     let e = err(&p);
-    assert!(e.contains("gemma3") && e.contains("architecture"), "{e}");
-    let p = tmp("phi3.gguf");
+    assert!(e.contains("mamba") && e.contains("architecture"), "{e}");
+    let p = tmp("rwkv6.gguf");
     write(
         &p,
-        "phi3",
+        "rwkv6",
         &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
     );
-    assert!(err(&p).contains("phi3"));
+    assert!(err(&p).contains("rwkv6"));
 }
 
 #[test]
@@ -108,16 +108,16 @@ fn serve_and_generate_give_the_same_reason() {
     let missing = tmp("serve-missing.gguf");
     let not_gguf = tmp("serve-not.gguf");
     std::fs::write(&not_gguf, b"definitely not a gguf file").unwrap();
-    let gemma = tmp("serve-gemma3.gguf");
+    let mamba = tmp("serve-mamba.gguf");
     write(
-        &gemma,
-        "gemma3",
+        &mamba,
+        "mamba",
         &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
     );
     for (path, needle) in [
         (&missing, "cannot open model file"),
         (&not_gguf, "not a readable GGUF file"),
-        (&gemma, "unsupported model architecture `gemma3`"),
+        (&mamba, "unsupported model architecture `mamba`"),
     ] {
         let model = path.to_str().unwrap();
         let (ok, _, gen_err) =
