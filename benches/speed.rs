@@ -11,9 +11,10 @@
 //! same four figures from `llama-bench` and `llama-batched-bench` on the same file, and a
 //! table with the ratio sluice / llama.cpp.
 //!
-//! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model;
-//! `SLUICE_BENCH_TYPES=Q4_1,Q4_0,Q8_0` also benchmarks requantised copies of the default
-//! model (made with llama.cpp's `llama-quantize --allow-requantize`).
+//! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model (a GGUF
+//! file or a Hugging Face folder); `SLUICE_BENCH_TYPES=file,Q4_K_M,Q8_0` benchmarks the file
+//! as it is (`file`, the default) and requantised copies of it (made with llama.cpp's
+//! `llama-quantize --allow-requantize`).
 
 #[path = "speed/peer.rs"]
 mod peer;
@@ -123,7 +124,8 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
 
 /// sluice's four figures for one model, tokens/s.
 fn sluice(path: &std::path::Path) -> peer::Figures {
-    let loaded = sluice::load_model(path, None).expect("run scripts/fetch-model first");
+    let loaded =
+        sluice::load_model(path, &Default::default()).expect("run scripts/fetch-model first");
     let (model, tok) = (loaded.model, Arc::new(loaded.tokenizer));
     println!(
         "{}: kernel level {:?}, threads {}",
@@ -162,7 +164,7 @@ fn sluice(path: &std::path::Path) -> peer::Figures {
 
 fn main() {
     let default = model_path();
-    let types = std::env::var("SLUICE_BENCH_TYPES").unwrap_or_else(|_| "Q4_1".into());
+    let types = std::env::var("SLUICE_BENCH_TYPES").unwrap_or_else(|_| "file".into());
     let llama = peer::bin_dir();
     if llama.is_none() {
         println!("llama.cpp not found (scripts/build-llama-cpp or LLAMA_CPP_BIN): sluice only");
@@ -170,7 +172,7 @@ fn main() {
     let mut table = Vec::new();
     for dtype in types.split(',').map(str::trim) {
         let path = match (&llama, dtype) {
-            (_, "Q4_1") => default.clone(),
+            (_, "file") => default.clone(),
             (Some(bin), t) => peer::requantised(bin, &default, t),
             (None, t) => panic!("{t} needs llama-quantize"),
         };
@@ -178,7 +180,13 @@ fn main() {
         let theirs = llama
             .as_ref()
             .map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
-        table.push((dtype.to_string(), ours, theirs));
+        let label = match dtype {
+            "file" => default
+                .file_name()
+                .map_or("model".into(), |n| n.to_string_lossy().into_owned()),
+            t => t.to_string(),
+        };
+        table.push((label, ours, theirs));
     }
     println!("\n| model | figure (tok/s) | llama.cpp | sluice | sluice / llama.cpp |");
     println!("|---|---|---:|---:|---:|");

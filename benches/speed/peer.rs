@@ -80,7 +80,8 @@ pub fn requantised(bin: &Path, model: &Path, dtype: &str) -> PathBuf {
         .file_name()
         .and_then(|n| n.to_str())
         .expect("file name");
-    let out = model.with_file_name(name.replace("Q4_1", dtype));
+    let stem = name.strip_suffix(".gguf").unwrap_or(name);
+    let out = model.with_file_name(format!("{stem}.requant-{dtype}.gguf"));
     if !out.exists() {
         run(Command::new(bin.join("llama-quantize"))
             .arg("--allow-requantize")

@@ -154,3 +154,38 @@ pub(crate) unsafe fn attend(a: &Attn, s: &mut Vec<f32>, out: &mut [f32]) {
 pub(crate) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     crate::simd::dot_body(a, b, f32::mul_add)
 }
+
+/// `x · w` for 16-bit weights widened in registers (`BF`: bfloat16, else IEEE half with
+/// F16C), in the order of `dense::dot16_portable`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot16<const BF: bool>(x: &[f32], w: &[u16]) -> f32 {
+    let n = x.len().min(w.len()) / 8 * 8;
+    // SAFETY: loads stay within the first `n` elements of both slices.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i < n {
+            let raw = _mm_loadu_si128(w.as_ptr().add(i) as *const __m128i);
+            let wv = if BF {
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
+            } else {
+                _mm256_cvtph_ps(raw)
+            };
+            acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), acc);
+            i += 8;
+        }
+        let mut l = [0f32; 8];
+        _mm256_storeu_ps(l.as_mut_ptr(), acc);
+        let mut s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+        for j in n..x.len().min(w.len()) {
+            let b = *w.get_unchecked(j);
+            let wf = if BF {
+                f32::from_bits((b as u32) << 16)
+            } else {
+                half::f16::from_bits(b).to_f32()
+            };
+            s = wf.mul_add(*x.get_unchecked(j), s);
+        }
+        s
+    }
+}

@@ -19,6 +19,7 @@ mod attention;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod dense;
 mod formats;
 mod linear;
 mod packed;

@@ -2,21 +2,22 @@
 //!
 //! The formats with a fast path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are
 //! repacked for the integer kernels of `packed.rs` and multiplied against int8 activations.
-//! Every other type (F32, F16, BF16, Q2_K, Q3_K) is dequantised with candle's block
-//! routines (`GgmlType::to_float`) into a small per-thread tile and reused across every
-//! activation row of the batch, so a batch of n rows reads each weight once, not n times.
+//! F32, F16 and BF16 stay as stored and are multiplied row by row (`dense.rs`). The
+//! remaining types (Q2_K, Q3_K) are dequantised with candle's block routines
+//! (`GgmlType::to_float`) into a small per-thread tile reused across every activation row
+//! of the batch.
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, GgmlType,
 };
-use half::{bf16, f16};
 use std::cell::OnceCell;
 
 use rayon::prelude::*;
 
 use crate::acts::QuantActs;
+use crate::dense::Dense;
 use crate::packed::PackedMatrix;
 use crate::simd::dot;
 
@@ -72,14 +73,6 @@ impl<B: GgmlType> RowSource for Blocks<B> {
     }
 }
 
-struct Dense(Vec<f32>, usize);
-
-impl RowSource for Dense {
-    fn row(&self, r: usize, out: &mut [f32]) {
-        out.copy_from_slice(&self.0[r * self.1..(r + 1) * self.1]);
-    }
-}
-
 /// A `rows x cols` weight matrix (`y = x · Wᵀ`), stored as in the file.
 pub struct QLinear {
     /// Output features.
@@ -94,6 +87,7 @@ pub struct QLinear {
 /// Where the weights live: a fast-path packing or a generic block source.
 enum Source {
     Packed(PackedMatrix),
+    Dense(Dense),
     Rows(Box<dyn RowSource>),
 }
 
@@ -109,13 +103,6 @@ fn blocks_from_bytes<B: GgmlType>(bytes: &[u8]) -> Vec<B> {
         v.set_len(n);
     }
     v
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
 }
 
 impl QLinear {
@@ -150,6 +137,20 @@ impl QLinear {
                 src: Source::Packed(p),
             });
         }
+        let dense = match dtype {
+            GgmlDType::F32 => Some(Dense::f32(bytes, cols)),
+            GgmlDType::F16 => Some(Dense::f16(bytes, cols)),
+            GgmlDType::BF16 => Some(Dense::bf16(bytes, cols)),
+            _ => None,
+        };
+        if let Some(d) = dense {
+            return Ok(Self {
+                rows,
+                cols,
+                dtype,
+                src: Source::Dense(d),
+            });
+        }
         let per_row = cols / dtype.block_size();
         fn b<B: GgmlType + 'static>(bytes: &[u8], per_row: usize) -> Box<dyn RowSource> {
             Box::new(Blocks::<B> {
@@ -158,21 +159,6 @@ impl QLinear {
             })
         }
         let src: Box<dyn RowSource> = match dtype {
-            GgmlDType::F32 => Box::new(Dense(f32s(bytes), cols)),
-            GgmlDType::F16 => Box::new(Dense(
-                bytes
-                    .chunks_exact(2)
-                    .map(|x| f16::from_le_bytes([x[0], x[1]]).to_f32())
-                    .collect(),
-                cols,
-            )),
-            GgmlDType::BF16 => Box::new(Dense(
-                bytes
-                    .chunks_exact(2)
-                    .map(|x| bf16::from_le_bytes([x[0], x[1]]).to_f32())
-                    .collect(),
-                cols,
-            )),
             GgmlDType::Q4_0 => b::<BlockQ4_0>(bytes, per_row),
             GgmlDType::Q4_1 => b::<BlockQ4_1>(bytes, per_row),
             GgmlDType::Q5_0 => b::<BlockQ5_0>(bytes, per_row),
@@ -197,6 +183,7 @@ impl QLinear {
     pub fn row(&self, r: usize, out: &mut [f32]) {
         match &self.src {
             Source::Packed(p) => p.row(r, out),
+            Source::Dense(d) => d.row(r, out),
             Source::Rows(s) => s.row(r, out),
         }
     }
@@ -227,6 +214,20 @@ impl QLinear {
                     // SAFETY: tasks own disjoint group ranges, so each output element
                     // i*rows + r is written by exactly one task, in bounds.
                     unsafe { p.matmul_groups(acts, g0, g1, out.get(), rows) };
+                });
+                return;
+            }
+            Source::Dense(d) => {
+                (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
+                    let (r0, r1) = (t * TILE_ROWS, ((t + 1) * TILE_ROWS).min(rows));
+                    for (i, xi) in x.chunks_exact(cols).enumerate() {
+                        for r in r0..r1 {
+                            let v = d.dot(r, xi);
+                            // SAFETY: tasks own disjoint row ranges, so each output
+                            // element is written by exactly one task, in bounds.
+                            unsafe { *out.get().add(i * rows + r) = v };
+                        }
+                    }
                 });
                 return;
             }

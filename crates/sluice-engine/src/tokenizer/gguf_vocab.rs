@@ -172,7 +172,7 @@ pub(super) fn read(file: &GgufFile) -> Result<Vocab, ModelError> {
                 .map(|s| s as f32)
                 .collect();
             scores.resize(tokens.len(), 0.0);
-            (Model::Spm(Spm::new(tokens.clone(), scores)), true, true)
+            (Model::Spm(Box::new(Spm::new(tokens.clone(), scores))), true, true)
         }
         "gpt2" => {
             let bos_default = matches!(pre, "llama3" | "llama-v3" | "llama-bpe" | "falcon3")
@@ -211,10 +211,11 @@ pub(super) fn read(file: &GgufFile) -> Result<Vocab, ModelError> {
             rstrip: phi3 && !matches!(tokens[i].as_str(), "<unk>" | "<s>" | "<|endoftext|>"),
         })
         .collect();
-    if phi3 && let Some(i) = tokens.iter().position(|t| t == "</s>") {
-        if let Some(s) = specials.iter_mut().find(|s| s.id == i as u32) {
-            s.rstrip = true;
-        }
+    if phi3
+        && let Some(i) = tokens.iter().position(|t| t == "</s>")
+        && let Some(s) = specials.iter_mut().find(|s| s.id == i as u32)
+    {
+        s.rstrip = true;
     }
     // Longest first; equal lengths by id, so the order does not depend on the sort.
     specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
@@ -239,7 +240,7 @@ pub(super) fn read(file: &GgufFile) -> Result<Vocab, ModelError> {
 pub(super) fn ids_only(file: &GgufFile) -> Vocab {
     let id = |key: &str| file.get_u64(key).ok().map(|v| v as u32);
     Vocab {
-        model: Model::Spm(Spm::new(Vec::new(), Vec::new())),
+        model: Model::Spm(Box::new(Spm::new(Vec::new(), Vec::new()))),
         tokens: strings(file, "tokenizer.ggml.tokens").unwrap_or_default(),
         types: Vec::new(),
         specials: Vec::new(),

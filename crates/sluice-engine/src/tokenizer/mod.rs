@@ -51,7 +51,7 @@ pub enum TokenizerError {
 /// What turns raw text (between special tokens) into ids.
 pub(crate) enum Model {
     /// A SentencePiece vocabulary with scores.
-    Spm(spm::Spm),
+    Spm(Box<spm::Spm>),
     /// A byte-level BPE built from the GGUF vocabulary.
     Bpe(tokenizers::Tokenizer),
     /// A user's `tokenizer.json`, run as a whole (its own special-token handling).
