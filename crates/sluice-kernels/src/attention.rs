@@ -1,8 +1,8 @@
 //! Attention of one GQA group over a slot's live positions in the KV slab (f16 keys,
 //! transposed, and f16 values): no masks, no concatenation, nothing past `len` is used.
 //! Options for other architectures: a first position (sliding-window attention) and
-//! logit soft-capping; the AVX-512 kernel covers the plain case, the others take the
-//! plain-loop definition compiled for AVX2.
+//! logit soft-capping; the AVX-512 kernel covers the plain case, the AVX2 kernel every
+//! case (head sizes that are multiples of 8), the plain loops the rest.
 
 use half::f16;
 
@@ -261,10 +261,21 @@ mod tests {
             start,
             softcap: Some(cap),
         };
-        let mut out = vec![f32::NAN; g * hd];
-        attend_group(&a, &mut Vec::new(), &mut out);
-        for (a, b) in out.iter().zip(&want) {
-            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+        for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
+            if level as u8 > Simd::detected() as u8 {
+                continue;
+            }
+            let mut out = vec![f32::NAN; g * hd];
+            match level {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the level is available (checked above).
+                Simd::Avx2 => unsafe { crate::avx2::attend(&a, &mut Vec::new(), &mut out) },
+                Simd::Avx512 => attend_group(&a, &mut Vec::new(), &mut out),
+                _ => attend_body(&a, &mut Vec::new(), &mut out, |x, y, acc| x * y + acc),
+            }
+            for (a, b) in out.iter().zip(&want) {
+                assert!((*a as f64 - b).abs() < 1e-5, "{level:?}: {a} vs {b}");
+            }
         }
     }
 }

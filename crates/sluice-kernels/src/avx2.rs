@@ -21,52 +21,47 @@ unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
     }
 }
 
-/// `Σ u·x` over 4-byte groups of 8 rows: u8 quants (at most 63 unless `WIDE`) times s8.
+/// `Σ u·x` over 4-byte groups of 8 rows: u8 quants (at most 63) times s8.
 #[inline(always)]
-unsafe fn madd256<const WIDE: bool>(w: __m256i, x: __m256i) -> __m256i {
+unsafe fn madd256(w: __m256i, x: __m256i) -> __m256i {
     // SAFETY: avx2 enabled by the caller.
-    unsafe {
-        let ones = _mm256_set1_epi16(1);
-        if WIDE {
-            let low = _mm256_set1_epi8(0x0F);
-            let lo = _mm256_and_si256(w, low);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-            _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones),
-                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), _mm256_set1_epi16(16)),
-            )
-        } else {
-            _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones)
-        }
-    }
+    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)) }
 }
 
+/// Activation rows that share one unpacked weight block on AVX2.
+const ROWS256: usize = 4;
+
+/// Group `g` against activation rows `i0..i0 + R`: per row, two 8-lane halves of the
+/// group's 16 rows. Each block's quants are unpacked once (nibbles split, and quants
+/// above 63 split into 4-bit halves for `vpmaddubsw`) and used for all `R` rows; every
+/// row's sums are taken in the same order whatever `R` is.
 #[inline(always)]
-unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool>(
+unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool, const R: usize>(
     p: &PackedMatrix,
     a: &QuantActs,
     g: usize,
-    row: usize,
-) -> [__m256; 2] {
+    i0: usize,
+) -> [[__m256; 2]; R] {
     let chunks = BK / 4;
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);
     // SAFETY (whole body): as in `tile512`.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let low = _mm256_set1_epi8(0x0F);
+        let sixteen = _mm256_set1_epi16(16);
+        let ones = _mm256_set1_epi16(1);
         for b in 0..nb {
             let q = p.quants(g, b);
-            let x = a.q.as_ptr().add(row * cols + b * BK) as *const i32;
             let (dp, mp) = p.scales(g, b);
-            let da = _mm256_set1_ps(*a.d.get_unchecked((row * cols + b * BK) / 32));
-            let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let mut isum = _mm256_setzero_si256();
+            for h in 0..2 {
+                // Unpacked quants of this half: `lo[c]` (and `hi[c]`, the high nibbles
+                // of quants above 15, for WIDE formats).
+                let mut lo = [_mm256_setzero_si256(); 8];
+                let mut hi = [_mm256_setzero_si256(); 8];
                 for c in 0..chunks {
-                    let xc = _mm256_set1_epi32(x.add(c).read_unaligned());
-                    let wc = if NIB {
+                    let raw = if NIB {
                         let v = c % (chunks / 2);
                         let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
                         if c < chunks / 2 {
@@ -77,12 +72,37 @@ unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool>(
                     } else {
                         _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
                     };
-                    isum = _mm256_add_epi32(isum, madd256::<WIDE>(wc, xc));
+                    if WIDE {
+                        lo[c] = _mm256_and_si256(raw, low);
+                        hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    } else {
+                        lo[c] = raw;
+                    }
                 }
                 let dw = lanes256(dp, p.half, h);
                 let mw = lanes256(mp, p.half, h);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), *acc);
-                *acc = _mm256_fmadd_ps(mw, s, *acc);
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let row = i0 + k;
+                    let x = a.q.as_ptr().add(row * cols + b * BK) as *const i32;
+                    let mut isum = _mm256_setzero_si256();
+                    for c in 0..chunks {
+                        let xc = _mm256_set1_epi32(x.add(c).read_unaligned());
+                        let d = if WIDE {
+                            _mm256_add_epi32(
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], xc), ones),
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], xc), sixteen),
+                            )
+                        } else {
+                            madd256(lo[c], xc)
+                        };
+                        isum = _mm256_add_epi32(isum, d);
+                    }
+                    let da = _mm256_set1_ps(*a.d.get_unchecked((row * cols + b * BK) / 32));
+                    let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
+                    acc[h] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), acc[h]);
+                    acc[h] = _mm256_fmadd_ps(mw, s, acc[h]);
+                }
             }
         }
         acc
@@ -101,12 +121,24 @@ unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool>(
     // SAFETY (whole body): as in `run512`.
     unsafe {
         let mut lanes = [0f32; GROUP];
+        let mut put = |g: usize, i: usize, acc: &[__m256; 2]| {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[1]);
+            p.store(g, i, &lanes, y, stride);
+        };
         for g in g0..g1 {
-            for i in 0..a.n {
-                let acc = tile256::<NIB, BK, WIDE>(p, a, g, i);
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[1]);
-                p.store(g, i, &lanes, y, stride);
+            let mut i = 0;
+            while i + ROWS256 <= a.n {
+                let acc = tile256::<NIB, BK, WIDE, ROWS256>(p, a, g, i);
+                for (k, v) in acc.iter().enumerate() {
+                    put(g, i + k, v);
+                }
+                i += ROWS256;
+            }
+            while i < a.n {
+                let acc = tile256::<NIB, BK, WIDE, 1>(p, a, g, i);
+                put(g, i, &acc[0]);
+                i += 1;
             }
         }
     }
@@ -143,10 +175,101 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
     crate::acts::quantise(a, x)
 }
 
-/// Attention (the plain loops, with fused multiply-adds).
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn attend(a: &Attn, s: &mut Vec<f32>, out: &mut [f32]) {
-    crate::attention::attend_body(a, s, out, f32::mul_add)
+/// Attention: 8 positions' scores at a time for up to 4 heads (one f16 key row load feeds
+/// every head of the group), soft-cap and softmax over the window, then the values in
+/// 16-wide column strips. The sums run in the order of `attention::attend_body`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+    const H: usize = 4;
+    let hd = a.hd;
+    let g = a.q.len() / hd;
+    let (start, end) = (a.start, a.values.len() / hd);
+    if !hd.is_multiple_of(8) {
+        return crate::attention::attend_body(a, scores, out, f32::mul_add);
+    }
+    assert!(
+        start < end
+            && end <= a.stride
+            && a.stride.is_multiple_of(8)
+            && a.keys_t.len() >= hd * a.stride
+            && out.len() == g * hd,
+        "attention shapes"
+    );
+    // Score columns cover positions p0..p1: 8-aligned, inside the key rows.
+    let (p0, p1) = (start / 8 * 8, end.next_multiple_of(8));
+    let lp = p1 - p0;
+    let (s0, len) = (start - p0, end - start);
+    scores.clear();
+    scores.resize(g.next_multiple_of(H) * lp, 0.0);
+    let kp = a.keys_t.as_ptr() as *const u16;
+    let vp = a.values.as_ptr() as *const u16;
+    for h0 in (0..g).step_by(H) {
+        let gh = (g - h0).min(H);
+        let qd = |h: usize, d: usize| {
+            if h < gh {
+                a.q[(h0 + h) * hd + d] * a.scale
+            } else {
+                0.0
+            }
+        };
+        let mut p = p0;
+        while p < p1 {
+            // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every row d < hd are inside
+            // `keys_t`; `scores` has H * lp room from row h0.
+            unsafe {
+                let mut acc = [_mm256_setzero_ps(); H];
+                for d in 0..hd {
+                    let k = _mm256_cvtph_ps(_mm_loadu_si128(
+                        kp.add(d * a.stride + p) as *const __m128i
+                    ));
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(qd(h, d)), k, *acc);
+                    }
+                }
+                for (h, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p - p0), *acc);
+                }
+            }
+            p += 8;
+        }
+        let mut inv = [0f32; H];
+        for (h, inv) in inv.iter_mut().enumerate().take(gh) {
+            let s = &mut scores[(h0 + h) * lp + s0..(h0 + h) * lp + s0 + len];
+            if let Some(cap) = a.softcap {
+                for x in s.iter_mut() {
+                    *x = cap * (*x / cap).tanh();
+                }
+            }
+            *inv = crate::attention::softmax_unnormalised(s);
+        }
+        for c0 in (0..hd).step_by(16) {
+            let strips = ((hd - c0) / 8).min(2);
+            // SAFETY: every value row start <= p < end has hd halves; columns c0 + 8i < hd.
+            unsafe {
+                let mut acc = [[_mm256_setzero_ps(); 2]; H];
+                for p in start..end {
+                    let mut v = [_mm256_setzero_ps(); 2];
+                    for (i, v) in v.iter_mut().enumerate().take(strips) {
+                        *v = _mm256_cvtph_ps(_mm_loadu_si128(
+                            vp.add(p * hd + c0 + 8 * i) as *const __m128i
+                        ));
+                    }
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm256_set1_ps(*scores.get_unchecked((h0 + h) * lp + p - p0));
+                        for i in 0..2 {
+                            acc[i] = _mm256_fmadd_ps(w, v[i], acc[i]);
+                        }
+                    }
+                }
+                for (h, acc) in acc.iter().enumerate().take(gh) {
+                    for (i, acc) in acc.iter().enumerate().take(strips) {
+                        let o = out.as_mut_ptr().add((h0 + h) * hd + c0 + 8 * i);
+                        _mm256_storeu_ps(o, _mm256_mul_ps(*acc, _mm256_set1_ps(inv[h])));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `a · b`.

@@ -172,7 +172,11 @@ pub(super) fn read(file: &GgufFile) -> Result<Vocab, ModelError> {
                 .map(|s| s as f32)
                 .collect();
             scores.resize(tokens.len(), 0.0);
-            (Model::Spm(Box::new(Spm::new(tokens.clone(), scores))), true, true)
+            (
+                Model::Spm(Box::new(Spm::new(tokens.clone(), scores))),
+                true,
+                true,
+            )
         }
         "gpt2" => {
             let bos_default = matches!(pre, "llama3" | "llama-v3" | "llama-bpe" | "falcon3")
