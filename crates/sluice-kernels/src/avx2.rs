@@ -36,7 +36,13 @@ const ROWS256: usize = 4;
 /// above 63 split into 4-bit halves for `vpmaddubsw`) and used for all `R` rows; every
 /// row's sums are taken in the same order whatever `R` is.
 #[inline(always)]
-unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool, const R: usize>(
+unsafe fn tile256<
+    const NIB: bool,
+    const BK: usize,
+    const WIDE: bool,
+    const SIGNED: bool,
+    const R: usize,
+>(
     p: &PackedMatrix,
     a: &QuantActs,
     g: usize,
@@ -75,6 +81,10 @@ unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool, const R: u
                     if WIDE {
                         lo[c] = _mm256_and_si256(raw, low);
                         hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    } else if SIGNED {
+                        // |w| for vpmaddubsw; the signs stay in `hi` for vpsignb.
+                        lo[c] = _mm256_abs_epi8(raw);
+                        hi[c] = raw;
                     } else {
                         lo[c] = raw;
                     }
@@ -87,7 +97,9 @@ unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool, const R: u
                     let mut isum = _mm256_setzero_si256();
                     for c in 0..chunks {
                         let xc = _mm256_set1_epi32(x.add(c).read_unaligned());
-                        let d = if WIDE {
+                        let d = if SIGNED {
+                            madd256(lo[c], _mm256_sign_epi8(xc, hi[c]))
+                        } else if WIDE {
                             _mm256_add_epi32(
                                 _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], xc), ones),
                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], xc), sixteen),
@@ -110,7 +122,7 @@ unsafe fn tile256<const NIB: bool, const BK: usize, const WIDE: bool, const R: u
 }
 
 #[inline(always)]
-unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool>(
+unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool, const SIGNED: bool>(
     p: &PackedMatrix,
     a: &QuantActs,
     g0: usize,
@@ -129,14 +141,14 @@ unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool>(
         for g in g0..g1 {
             let mut i = 0;
             while i + ROWS256 <= a.n {
-                let acc = tile256::<NIB, BK, WIDE, ROWS256>(p, a, g, i);
+                let acc = tile256::<NIB, BK, WIDE, SIGNED, ROWS256>(p, a, g, i);
                 for (k, v) in acc.iter().enumerate() {
                     put(g, i + k, v);
                 }
                 i += ROWS256;
             }
             while i < a.n {
-                let acc = tile256::<NIB, BK, WIDE, 1>(p, a, g, i);
+                let acc = tile256::<NIB, BK, WIDE, SIGNED, 1>(p, a, g, i);
                 put(g, i, &acc[0]);
                 i += 1;
             }
@@ -159,11 +171,12 @@ pub(crate) unsafe fn packed_groups(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (p.nibbles, p.bk, p.wide) {
-            (true, 32, _) => run256::<true, 32, false>(p, a, g0, g1, y, stride),
-            (false, 32, false) => run256::<false, 32, false>(p, a, g0, g1, y, stride),
-            (false, 32, true) => run256::<false, 32, true>(p, a, g0, g1, y, stride),
-            (false, 16, _) => run256::<false, 16, false>(p, a, g0, g1, y, stride),
+        match (p.nibbles, p.bk, p.wide, p.signed) {
+            (true, 32, _, _) => run256::<true, 32, false, false>(p, a, g0, g1, y, stride),
+            (false, 32, false, true) => run256::<false, 32, false, true>(p, a, g0, g1, y, stride),
+            (false, 32, false, false) => run256::<false, 32, false, false>(p, a, g0, g1, y, stride),
+            (false, 32, true, _) => run256::<false, 32, true, false>(p, a, g0, g1, y, stride),
+            (false, 16, _, _) => run256::<false, 16, false, false>(p, a, g0, g1, y, stride),
             other => unreachable!("layout {other:?}"),
         }
     }

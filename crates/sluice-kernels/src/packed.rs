@@ -39,6 +39,10 @@ pub struct PackedMatrix {
     pub(crate) nibbles: bool,
     /// Quants may exceed 63 (only the AVX2 path cares).
     pub(crate) wide: bool,
+    /// Quants are signed bytes and the offsets zero: Q8_0 packed for AVX2 and the
+    /// portable path, where `|w| · (x · sign w)` needs one `vpmaddubsw` per chunk instead
+    /// of two. (AVX-512 packs Q8_0 as `q + 128` for `vpdpbusd`.)
+    pub(crate) signed: bool,
     /// Scales stored as f16 (else f32).
     pub(crate) half: bool,
     qs: Vec<u8>,
@@ -72,13 +76,19 @@ impl PackedMatrix {
             .for_each(|(r, (u, (d, m)))| {
                 decode_row(dtype, &bytes[r * row_bytes..(r + 1) * row_bytes], u, d, m)
             });
+        let signed = dtype == GgmlDType::Q8_0 && Simd::current() != Simd::Avx512;
+        if signed {
+            u.iter_mut().for_each(|q| *q = q.wrapping_sub(128));
+            m.iter_mut().for_each(|v| *v = 0.0);
+        }
         let half = d.iter().chain(&m).all(|&v| f16::from_f32(v).to_f32() == v);
         let mut p = Self {
             rows,
             cols,
             bk: f.bk,
             nibbles,
-            wide: f.max_u > 63,
+            wide: f.max_u > 63 && !signed,
+            signed,
             half,
             qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles)],
             d: Vec::new(),
@@ -189,6 +199,16 @@ impl PackedMatrix {
         }
     }
 
+    /// A stored quant as the integer it stands for.
+    #[inline(always)]
+    fn value(&self, q: u8) -> i32 {
+        if self.signed {
+            q as i8 as i32
+        } else {
+            q as i32
+        }
+    }
+
     /// Quant `t` of row `j` of (group, block).
     fn quant_at(&self, g: usize, b: usize, j: usize, t: usize) -> u8 {
         let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
@@ -229,7 +249,7 @@ impl PackedMatrix {
             let d = self.scale_at(&self.d, g, b, j);
             let m = self.scale_at(&self.m, g, b, j);
             for t in 0..self.bk {
-                out[b * self.bk + t] = d * self.quant_at(g, b, j, t) as f32 + m;
+                out[b * self.bk + t] = d * self.value(self.quant_at(g, b, j, t)) as f32 + m;
             }
         }
     }
@@ -276,7 +296,12 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512 => unsafe { crate::avx512::packed_groups(self, a, g0, g1, y, stride) },
+            Simd::Avx512 if !self.signed => unsafe {
+                crate::avx512::packed_groups(self, a, g0, g1, y, stride)
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above (an AVX-512 CPU has AVX2).
+            Simd::Avx512 => unsafe { crate::avx2::packed_groups(self, a, g0, g1, y, stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Simd::Avx2 => unsafe { crate::avx2::packed_groups(self, a, g0, g1, y, stride) },
@@ -333,7 +358,7 @@ impl PackedMatrix {
                         let isum: i32 = u[j * bk..(j + 1) * bk]
                             .iter()
                             .zip(xq)
-                            .map(|(&w, &x)| w as i32 * x as i32)
+                            .map(|(&w, &x)| self.value(w) * x as i32)
                             .sum();
                         acc[j] += isum as f32 * (dw[j] * da);
                         acc[j] += mw[j] * s;
