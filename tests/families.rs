@@ -274,3 +274,52 @@ fn a_folder_that_cannot_be_served_is_refused_by_name() {
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_chat_template_file_replaces_the_models() {
+    let dir = std::env::temp_dir().join(format!("sluice-template-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tmpl = dir.join("chat.jinja");
+    std::fs::write(
+        &tmpl,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant]",
+    )
+    .unwrap();
+    let options = LoadOptions {
+        chat_template: Some(tmpl.clone()),
+        ..LoadOptions::default()
+    };
+    // A GGUF without a template, and a folder with its own: the file wins in both.
+    for model in [models_dir_file("llama-f32"), models().join("hf-qwen2")] {
+        let loaded = sluice::engine::load(&model, &options).unwrap();
+        let text = loaded
+            .tokenizer
+            .apply_chat_template(&[sluice::tokenizer::ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }])
+            .unwrap();
+        assert_eq!(text, "[user] hi\n[assistant]");
+    }
+    // Without it, the GGUF has none: chat is refused with the reason.
+    let loaded =
+        sluice::engine::load(&models_dir_file("llama-f32"), &LoadOptions::default()).unwrap();
+    assert!(loaded.tokenizer.chat_template.is_none());
+    // A missing or unparsable file is a load error naming it.
+    let missing = LoadOptions {
+        chat_template: Some(dir.join("nope.jinja")),
+        ..LoadOptions::default()
+    };
+    let e = sluice::engine::load(&models_dir_file("llama-f32"), &missing)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("nope.jinja"), "{e}");
+    std::fs::write(&tmpl, "{% for m in messages %}").unwrap();
+    let e = sluice::engine::load(&models_dir_file("llama-f32"), &options)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("chat template"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
