@@ -225,6 +225,12 @@ fn hugging_face_folders_match_the_same_weights_in_gguf() {
             false,
         )
         .unwrap();
+        // 16-bit safetensors served as stored (F16 / BF16 kernels): close to the F32 runs.
+        let half = models().join(match family {
+            "qwen2" => "hf-qwen2-f16",
+            _ => "hf-gemma3-bf16",
+        });
+        check(&format!("{family}-f32"), &half, &none, false).unwrap();
         // The folder's tokenizer and chat template are used.
         let loaded = sluice::engine::load(&dir, &LoadOptions::default()).unwrap();
         let tok = loaded.tokenizer;

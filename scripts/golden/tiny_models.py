@@ -5,7 +5,8 @@ usage:
   scripts/golden/tiny_models.py write DIR
       Writes DIR/<family>-<type>.gguf (deterministic: fixed seeds; the gguf package pinned in
       scripts/venv) and Hugging Face folders DIR/hf-<family>/ for qwen2 and gemma3 with the
-      same weights. The tests run this, then check each file's SHA-256 against the golden file.
+      same weights (F32; and F16 / BF16 copies, hf-qwen2-f16 and hf-gemma3-bf16). The tests
+      run this, then check each GGUF's SHA-256 against the golden file.
   scripts/golden/tiny_models.py golden DIR LLAMA_SERVER_BIN OUT.json
       Runs llama-server on every GGUF: greedy continuations of fixed token-id prompts with
       the top-5 logprobs of every step, stopping at </s>. Writes OUT.json (committed as tests/data/tiny-models.json).
@@ -125,9 +126,33 @@ def write_gguf(family, typ, path):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
-def write_hf(family, out):
-    """A Hugging Face folder with the same weights (safetensors, F32)."""
-    from safetensors.numpy import save_file
+def save_safetensors(tensors, path, dtype):
+    """Writes a safetensors file of F32, F16 or BF16 (numpy has no bfloat16: its bytes
+    are the f32 bytes' upper halves, rounded to nearest even)."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        a = tensors[name].astype(np.float32)
+        if dtype == "F16":
+            raw = a.astype(np.float16).tobytes()
+        elif dtype == "BF16":
+            u = a.view(np.uint32).astype(np.uint64)
+            u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            raw = u.astype(np.uint16).tobytes()
+        else:
+            raw = a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little")); f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_hf(family, out, dtype="F32"):
+    """A Hugging Face folder with the same weights (safetensors of `dtype`)."""
     os.makedirs(out, exist_ok=True)
     head, layers = hp(family)
     W = weights(family)
@@ -157,7 +182,7 @@ def write_hf(family, out):
     index = {"metadata": {}, "weight_map": {}}
     for i, part in enumerate((keys[:half], keys[half:])):
         fname = f"model-{i + 1:05d}-of-00002.safetensors"
-        save_file({k: tensors[k] for k in part}, os.path.join(out, fname), metadata={"format": "pt"})
+        save_safetensors({k: tensors[k] for k in part}, os.path.join(out, fname), dtype)
         index["weight_map"].update({k: fname for k in part})
     json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=1)
     cfg = {"architectures": ["Qwen2ForCausalLM" if family == "qwen2" else "Gemma3ForCausalLM"],
@@ -204,6 +229,8 @@ def write_all(d):
             write_gguf(f, t, os.path.join(d, f"{f}-{t}.gguf"))
     for f in ("qwen2", "gemma3"):
         write_hf(f, os.path.join(d, f"hf-{f}"))
+    write_hf("qwen2", os.path.join(d, "hf-qwen2-f16"), "F16")
+    write_hf("gemma3", os.path.join(d, "hf-gemma3-bf16"), "BF16")
 
 
 def post(url, body):
