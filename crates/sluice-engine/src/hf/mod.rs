@@ -121,7 +121,25 @@ fn to_f32(name: &str, dtype: Dtype, data: &[u8]) -> Result<(Vec<f32>, GgmlDType)
 pub fn open(dir: &Path, quantize: Quantize) -> Result<GgufFile, ModelError> {
     let cfg = config::Config::read(dir)?;
     let mut metadata: HashMap<String, Value> = cfg.metadata.clone();
-    let mut tensors = Vec::new();
+    // Each tensor is converted and quantised as soon as it is read, so the peak memory is
+    // one shard's bytes plus one tensor in f32, not the whole model in f32.
+    let mut out = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, values: Vec<f32>, stored: GgmlDType| {
+        let cols = *shape.last().unwrap_or(&1);
+        let target = if shape.len() == 2 {
+            pick(quantize, stored, cols)
+        } else {
+            GgmlDType::F32
+        };
+        let bytes = sluice_kernels::quantize(target, &values, cols).map_err(|source| {
+            ModelError::Tensor {
+                name: name.clone(),
+                source,
+            }
+        })?;
+        out.push((name, target, shape, bytes));
+        Ok::<(), ModelError>(())
+    };
     for path in shards(dir)? {
         let bytes = std::fs::read(&path).map_err(|reason| ModelError::Open {
             path: path.clone(),
@@ -137,28 +155,12 @@ pub fn open(dir: &Path, quantize: Quantize) -> Result<GgufFile, ModelError> {
                 to_f32(&hf_name, view.dtype(), view.data()).map_err(|r| bad(&path, r))?;
             let shape = view.shape().to_vec();
             names::transform(&cfg, &name, &shape, &mut values);
-            tensors.push((name, shape, values, stored));
+            add(name, shape, values, stored)?;
         }
     }
     for (name, values) in cfg.extra_tensors() {
         let n = values.len();
-        tensors.push((name, vec![n], values, GgmlDType::F32));
-    }
-    let mut out = Vec::with_capacity(tensors.len());
-    for (name, shape, values, stored) in tensors {
-        let cols = *shape.last().unwrap_or(&1);
-        let target = if shape.len() == 2 {
-            pick(quantize, stored, cols)
-        } else {
-            GgmlDType::F32
-        };
-        let bytes = sluice_kernels::quantize(target, &values, cols).map_err(|source| {
-            ModelError::Tensor {
-                name: name.clone(),
-                source,
-            }
-        })?;
-        out.push((name, target, shape, bytes));
+        add(name, vec![n], values, GgmlDType::F32)?;
     }
     metadata.insert(
         "general.file_type".into(),
