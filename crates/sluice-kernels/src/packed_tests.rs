@@ -1,0 +1,132 @@
+//! Tests of `packed.rs`: every format against candle's dequantisation, every level.
+
+use candle_core::quantized::k_quants::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
+};
+
+use super::*;
+use crate::simd::noise;
+
+/// Quantises random weights with candle and returns the file bytes and candle's own
+/// dequantisation (the reference).
+fn quantised<B: GgmlType>(rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let w = noise(rows * cols, 9);
+    let mut blocks = vec![B::zeros(); rows * cols / B::BLCK_SIZE];
+    B::from_float(&w, &mut blocks);
+    let mut deq = vec![0f32; rows * cols];
+    B::to_float(&blocks, &mut deq);
+    let size = std::mem::size_of::<B>();
+    // SAFETY: candle's blocks are plain `repr(C)` data; we read their bytes.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(blocks.as_ptr() as *const u8, blocks.len() * size) }
+            .to_vec();
+    (bytes, deq)
+}
+
+fn check(dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) {
+    let p = PackedMatrix::new(dtype, bytes, rows, cols).expect("fast path");
+    let mut row = vec![0f32; cols];
+    for r in 0..rows {
+        p.row(r, &mut row);
+        for (c, (a, b)) in row.iter().zip(&deq[r * cols..]).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                "{dtype:?} row {r} col {c}: {a} vs candle {b}"
+            );
+        }
+    }
+    for n in [1, 3, 4, 5, 9] {
+        let x = noise(n * cols, 7 + n as u32);
+        let acts = QuantActs::new(&x, n, cols);
+        // Plain f64 references: the packed weights against the int8 activations
+        // (what the kernels compute), and against the f32 activations with the bound
+        // of the activations' rounding error.
+        let mut exact = Vec::new();
+        let mut true_y = Vec::new();
+        let mut bound = Vec::new();
+        for i in 0..n {
+            for r in 0..rows {
+                p.row(r, &mut row);
+                let (mut e, mut t, mut bd) = (0f64, 0f64, 0f64);
+                for (c, w) in row.iter().enumerate() {
+                    let k = i * cols + c;
+                    let da = acts.d[k / 32] as f64;
+                    e += *w as f64 * acts.q[k] as f64 * da;
+                    t += *w as f64 * x[k] as f64;
+                    bd += (*w as f64).abs() * da / 2.0;
+                }
+                exact.push(e);
+                true_y.push(t);
+                bound.push(bd);
+            }
+        }
+        for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
+            if level as u8 > Simd::detected() as u8 {
+                continue;
+            }
+            let mut y = vec![f32::NAN; n * rows];
+            // SAFETY: y has n * rows elements and this thread alone writes them.
+            unsafe { p.matmul_groups_at(level, &acts, 0, p.groups(), y.as_mut_ptr(), rows) };
+            for k in 0..n * rows {
+                let got = y[k] as f64;
+                assert!(
+                    (got - exact[k]).abs() < 1e-4 * (1.0 + exact[k].abs()),
+                    "{dtype:?} {level:?} n={n} [{k}]: {got} vs {}",
+                    exact[k]
+                );
+                assert!(
+                    (got - true_y[k]).abs() <= bound[k] + 1e-4,
+                    "{dtype:?} {level:?} n={n} [{k}]: {got} vs f32 {}",
+                    true_y[k]
+                );
+            }
+            // Batch invariance: row 0 alone is bit-identical to row 0 in the batch.
+            let one = QuantActs::new(&x[..cols], 1, cols);
+            let mut y1 = vec![0f32; rows];
+            // SAFETY: as above.
+            unsafe { p.matmul_groups_at(level, &one, 0, p.groups(), y1.as_mut_ptr(), rows) };
+            assert_eq!(
+                y1,
+                y[..rows],
+                "{dtype:?} {level:?} n={n}: batch changes row 0"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_format_matches_candle_on_every_level() {
+    // 37 rows: two full groups and a padded one.
+    let (rows, cols) = (37, 512);
+    macro_rules! case {
+        ($t:ty, $d:expr) => {{
+            let (b, deq) = quantised::<$t>(rows, cols);
+            check($d, &b, &deq, rows, cols);
+        }};
+    }
+    case!(BlockQ4_0, GgmlDType::Q4_0);
+    case!(BlockQ4_1, GgmlDType::Q4_1);
+    case!(BlockQ5_0, GgmlDType::Q5_0);
+    case!(BlockQ5_1, GgmlDType::Q5_1);
+    case!(BlockQ8_0, GgmlDType::Q8_0);
+    case!(BlockQ4K, GgmlDType::Q4K);
+    case!(BlockQ5K, GgmlDType::Q5K);
+    case!(BlockQ6K, GgmlDType::Q6K);
+    assert!(PackedMatrix::new(GgmlDType::F16, &[0; 64], 1, 32).is_none());
+}
+
+#[test]
+fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
+    let (b, _) = quantised::<BlockQ4_1>(16, 64);
+    assert!(
+        PackedMatrix::new(GgmlDType::Q4_1, &b, 16, 64)
+            .expect("q4_1")
+            .half
+    );
+    let (b, _) = quantised::<BlockQ6K>(16, 256);
+    assert!(
+        !PackedMatrix::new(GgmlDType::Q6K, &b, 16, 256)
+            .expect("q6_k")
+            .half
+    );
+}
