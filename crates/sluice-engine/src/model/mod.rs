@@ -79,8 +79,8 @@ pub trait Architecture: Sync {
 pub static ARCHITECTURES: &[&dyn Architecture] = &[
     &llama::Llama,
     &gemma3::Gemma3,
-    &qwen::Qwen2,
-    &qwen::Qwen3,
+    &qwen::Qwen("qwen2"),
+    &qwen::Qwen("qwen3"),
     &phi3::Phi3,
 ];
 

@@ -11,18 +11,7 @@ pub fn matrix(
     rows: usize,
     cols: usize,
 ) -> Result<QLinear, ModelError> {
-    let (dtype, dims, bytes) = file.tensor(name)?;
-    if dims != [rows, cols] {
-        return Err(ModelError::Shape {
-            name: name.into(),
-            found: dims,
-            expected: vec![rows, cols],
-        });
-    }
-    QLinear::new(dtype, bytes, rows, cols).map_err(|source| ModelError::Tensor {
-        name: name.into(),
-        source,
-    })
+    matrix_rows(file, name, 0..rows, rows, cols)
 }
 
 /// Rows `range` of a `total x cols` matrix (one part of a fused tensor such as Phi-3's
