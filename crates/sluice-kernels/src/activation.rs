@@ -1,31 +1,48 @@
 //! Gated activations of the feed-forward block: `g = act(g) * u` for SwiGLU (SiLU) and
 //! GeGLU (GELU, tanh approximation, as Gemma uses).
 
+use rayon::prelude::*;
+
 use crate::attention::exp_fast;
 use crate::simd::Simd;
+
+/// Elements per parallel task: element-wise work, so the split changes no result.
+const TASK: usize = 1 << 14;
 
 /// `gate = silu(gate) * up`, element-wise.
 #[inline]
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
-    match Simd::current() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-        Simd::Avx512 => unsafe { crate::avx512::silu_mul(gate, up) },
-        _ => silu_body(gate, up),
-    }
+    let level = Simd::current();
+    gate.par_chunks_mut(TASK)
+        .zip(up.par_chunks(TASK))
+        .for_each(|(gate, up)| match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
+            Simd::Avx512 => unsafe { crate::avx512::silu_mul(gate, up) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Simd::Avx2 => unsafe { crate::avx2::silu_mul(gate, up) },
+            _ => silu_body(gate, up),
+        });
 }
 
 /// `gate = gelu(gate) * up`, element-wise (tanh approximation).
 #[inline]
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
-    match Simd::current() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Simd::Avx512 => unsafe { crate::avx512::gelu_mul(gate, up) },
-        _ => gelu_body(gate, up),
-    }
+    let level = Simd::current();
+    gate.par_chunks_mut(TASK)
+        .zip(up.par_chunks(TASK))
+        .for_each(|(gate, up)| match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Simd::Avx512 => unsafe { crate::avx512::gelu_mul(gate, up) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Simd::Avx2 => unsafe { crate::avx2::gelu_mul(gate, up) },
+            _ => gelu_body(gate, up),
+        });
 }
 
 #[inline(always)]

@@ -21,59 +21,88 @@ unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
     }
 }
 
-/// `Σ u·x` over 4-byte groups of 8 rows: u8 quants (at most 63) times s8.
-#[inline(always)]
-unsafe fn madd256(w: __m256i, x: __m256i) -> __m256i {
-    // SAFETY: avx2 enabled by the caller.
-    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)) }
-}
-
 /// Activation rows that share one unpacked weight block on AVX2.
 const ROWS256: usize = 4;
 
-/// Group `g` against activation rows `i0..i0 + R`: per row, two 8-lane halves of the
-/// group's 16 rows. Each block's quants are unpacked once (nibbles split, and quants
-/// above 63 split into 4-bit halves for `vpmaddubsw`) and used for all `R` rows; every
-/// row's sums are taken in the same order whatever `R` is.
+/// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
+/// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants, 4 of 5-bit and 2 of 6-bit
+/// stay below 32,768. Signed Q8_0 (|w| up to 128) widens every chunk.
+const fn run16(nib: bool, high: usize, signed: bool) -> usize {
+    match (signed, nib, high) {
+        (true, _, _) => 1,
+        (false, true, 0) => 8,
+        (false, true, 1) => 4,
+        _ => 2,
+    }
+}
+
+/// Half `h` (8 of the 16 rows) of group `g` against activation rows `i0..i0 + R`, one
+/// 8-lane accumulator per activation row, kept in registers. Each block's quants are unpacked once (nibbles split, high-plane bits
+/// merged, and quants above 63 split into 4-bit halves for `vpmaddubsw`) and used for all
+/// `R` rows; every row's sums are taken in the same order whatever `R` is, and integer
+/// sums are exact, so the 16-bit runs change no result.
 #[inline(always)]
 unsafe fn tile256<
     const NIB: bool,
     const BK: usize,
     const WIDE: bool,
     const SIGNED: bool,
+    const HIGH: usize,
     const R: usize,
 >(
     p: &PackedMatrix,
     a: &QuantActs,
     g: usize,
+    h: usize,
     i0: usize,
-) -> [[__m256; 2]; R] {
+) -> [__m256; R] {
     let chunks = BK / 4;
+    let run = run16(NIB, HIGH, SIGNED);
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);
-    // SAFETY (whole body): as in `tile512`.
+    let plane_at = p.high_plane();
+    // SAFETY (whole body): as in `tile512`; the high plane is 64 bytes inside the block.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let mut acc = [_mm256_setzero_ps(); R];
         let low = _mm256_set1_epi8(0x0F);
+        let hmask = _mm256_set1_epi8(if HIGH == 1 { 0x10 } else { 0x30 });
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
         for b in 0..nb {
             let q = p.quants(g, b);
             let (dp, mp) = p.scales(g, b);
-            for h in 0..2 {
+            {
                 // Unpacked quants of this half: `lo[c]` (and `hi[c]`, the high nibbles
                 // of quants above 15, for WIDE formats).
                 let mut lo = [_mm256_setzero_si256(); 8];
                 let mut hi = [_mm256_setzero_si256(); 8];
+                let plane = if HIGH > 0 {
+                    _mm256_loadu_si256(q.add(plane_at + 32 * h) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                };
                 for c in 0..chunks {
                     let raw = if NIB {
                         let v = c % (chunks / 2);
                         let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
-                        if c < chunks / 2 {
+                        let nib = if c < chunks / 2 {
                             _mm256_and_si256(raw, low)
                         } else {
                             _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
+                        };
+                        if HIGH > 0 {
+                            // This chunk's plane bits moved to bits 4.. of each byte (16-bit
+                            // shifts by at most 4 bring no bit of the other byte there).
+                            let s = 4 - (HIGH * c) as i32;
+                            let moved = if s >= 0 {
+                                _mm256_sll_epi16(plane, _mm_cvtsi32_si128(s))
+                            } else {
+                                _mm256_srl_epi16(plane, _mm_cvtsi32_si128(-s))
+                            };
+                            _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
+                        } else {
+                            nib
                         }
                     } else {
                         _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
@@ -90,30 +119,46 @@ unsafe fn tile256<
                     }
                 }
                 let dw = lanes256(dp, p.half, h);
-                let mw = lanes256(mp, p.half, h);
+                let mw = match p.m_of_d {
+                    Some(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
+                    None => lanes256(mp, p.half, h),
+                };
                 for (k, acc) in acc.iter_mut().enumerate() {
                     let row = i0 + k;
                     let x = a.q.as_ptr().add(row * cols + b * BK) as *const i32;
                     let mut isum = _mm256_setzero_si256();
+                    let mut part = _mm256_setzero_si256();
                     for c in 0..chunks {
                         let xc = _mm256_set1_epi32(x.add(c).read_unaligned());
-                        let d = if SIGNED {
-                            madd256(lo[c], _mm256_sign_epi8(xc, hi[c]))
-                        } else if WIDE {
-                            _mm256_add_epi32(
+                        if WIDE {
+                            let d = _mm256_add_epi32(
                                 _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], xc), ones),
                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], xc), sixteen),
-                            )
+                            );
+                            isum = _mm256_add_epi32(isum, d);
+                            continue;
+                        }
+                        let pairs = if SIGNED {
+                            _mm256_maddubs_epi16(lo[c], _mm256_sign_epi8(xc, hi[c]))
                         } else {
-                            madd256(lo[c], xc)
+                            _mm256_maddubs_epi16(lo[c], xc)
                         };
-                        isum = _mm256_add_epi32(isum, d);
+                        if run == 1 {
+                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+                            continue;
+                        }
+                        part = _mm256_add_epi16(part, pairs);
+                        if (c + 1) % run == 0 || c + 1 == chunks {
+                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(part, ones));
+                            part = _mm256_setzero_si256();
+                        }
                     }
                     let da = _mm256_set1_ps(*a.d.get_unchecked((row * cols + b * BK) / 32));
-                    let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
-                    acc[h] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), acc[h]);
-                    acc[h] = _mm256_fmadd_ps(mw, s, acc[h]);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), *acc);
+                    if !SIGNED {
+                        let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
+                        *acc = _mm256_fmadd_ps(mw, s, *acc);
+                    }
                 }
             }
         }
@@ -122,7 +167,13 @@ unsafe fn tile256<
 }
 
 #[inline(always)]
-unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool, const SIGNED: bool>(
+unsafe fn run256<
+    const NIB: bool,
+    const BK: usize,
+    const WIDE: bool,
+    const SIGNED: bool,
+    const HIGH: usize,
+>(
     p: &PackedMatrix,
     a: &QuantActs,
     g0: usize,
@@ -133,23 +184,25 @@ unsafe fn run256<const NIB: bool, const BK: usize, const WIDE: bool, const SIGNE
     // SAFETY (whole body): as in `run512`.
     unsafe {
         let mut lanes = [0f32; GROUP];
-        let mut put = |g: usize, i: usize, acc: &[__m256; 2]| {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[0]);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[1]);
+        let mut put = |g: usize, i: usize, lo: __m256, hi: __m256| {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
             p.store(g, i, &lanes, y, stride);
         };
         for g in g0..g1 {
             let mut i = 0;
             while i + ROWS256 <= a.n {
-                let acc = tile256::<NIB, BK, WIDE, SIGNED, ROWS256>(p, a, g, i);
-                for (k, v) in acc.iter().enumerate() {
-                    put(g, i + k, v);
+                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, ROWS256>(p, a, g, 0, i);
+                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, ROWS256>(p, a, g, 1, i);
+                for k in 0..ROWS256 {
+                    put(g, i + k, lo[k], hi[k]);
                 }
                 i += ROWS256;
             }
             while i < a.n {
-                let acc = tile256::<NIB, BK, WIDE, SIGNED, 1>(p, a, g, i);
-                put(g, i, &acc[0]);
+                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, 1>(p, a, g, 0, i);
+                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, 1>(p, a, g, 1, i);
+                put(g, i, lo[0], hi[0]);
                 i += 1;
             }
         }
@@ -171,12 +224,18 @@ pub(crate) unsafe fn packed_groups(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (p.nibbles, p.bk, p.wide, p.signed) {
-            (true, 32, _, _) => run256::<true, 32, false, false>(p, a, g0, g1, y, stride),
-            (false, 32, false, true) => run256::<false, 32, false, true>(p, a, g0, g1, y, stride),
-            (false, 32, false, false) => run256::<false, 32, false, false>(p, a, g0, g1, y, stride),
-            (false, 32, true, _) => run256::<false, 32, true, false>(p, a, g0, g1, y, stride),
-            (false, 16, _, _) => run256::<false, 16, false, false>(p, a, g0, g1, y, stride),
+        match (p.nibbles, p.bk, p.wide, p.signed, p.high) {
+            (true, 32, _, _, 0) => run256::<true, 32, false, false, 0>(p, a, g0, g1, y, stride),
+            (true, 32, _, _, 1) => run256::<true, 32, false, false, 1>(p, a, g0, g1, y, stride),
+            (true, 16, _, _, 2) => run256::<true, 16, false, false, 2>(p, a, g0, g1, y, stride),
+            (false, 32, false, true, _) => {
+                run256::<false, 32, false, true, 0>(p, a, g0, g1, y, stride)
+            }
+            (false, 32, false, false, _) => {
+                run256::<false, 32, false, false, 0>(p, a, g0, g1, y, stride)
+            }
+            (false, 32, true, _, _) => run256::<false, 32, true, false, 0>(p, a, g0, g1, y, stride),
+            (false, 16, _, _, _) => run256::<false, 16, false, false, 0>(p, a, g0, g1, y, stride),
             other => unreachable!("layout {other:?}"),
         }
     }
@@ -216,27 +275,32 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     scores.resize(g.next_multiple_of(H) * lp, 0.0);
     let kp = a.keys_t.as_ptr() as *const u16;
     let vp = a.values.as_ptr() as *const u16;
+    // The group's queries, scaled, as `qs[d * H + h]` (zero past the group's heads).
+    let mut qs = vec![0f32; hd * H];
     for h0 in (0..g).step_by(H) {
         let gh = (g - h0).min(H);
-        let qd = |h: usize, d: usize| {
-            if h < gh {
-                a.q[(h0 + h) * hd + d] * a.scale
-            } else {
-                0.0
+        for d in 0..hd {
+            for h in 0..H {
+                qs[d * H + h] = if h < gh {
+                    a.q[(h0 + h) * hd + d] * a.scale
+                } else {
+                    0.0
+                };
             }
-        };
+        }
         let mut p = p0;
         while p < p1 {
             // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every row d < hd are inside
-            // `keys_t`; `scores` has H * lp room from row h0.
+            // `keys_t`; `qs` has hd * H values; `scores` has H * lp room from row h0.
             unsafe {
                 let mut acc = [_mm256_setzero_ps(); H];
                 for d in 0..hd {
                     let k = _mm256_cvtph_ps(_mm_loadu_si128(
                         kp.add(d * a.stride + p) as *const __m128i
                     ));
+                    let qd = qs.as_ptr().add(d * H);
                     for (h, acc) in acc.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(qd(h, d)), k, *acc);
+                        *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qd.add(h)), k, *acc);
                     }
                 }
                 for (h, acc) in acc.iter().enumerate() {
@@ -283,6 +347,18 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
             }
         }
     }
+}
+
+/// `g = silu(g) * u`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    crate::activation::silu_body(gate, up)
+}
+
+/// `g = gelu(g) * u` (tanh approximation).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    crate::activation::gelu_body(gate, up)
 }
 
 /// `a · b`.

@@ -7,8 +7,13 @@
 //! chunk against 4 activation bytes broadcast to every lane then adds 4 products to each
 //! row's sum: 16 rows advance together and no horizontal reduction is ever needed.
 //! Formats whose quants fit in 4 bits store two chunks per 64 bytes (chunk `c` in the low
-//! nibbles, chunk `c + 4` in the high ones). Scales and offsets are stored per group and
-//! block as 16 lanes, in f16 when that is exact (the legacy formats) and f32 otherwise.
+//! nibbles, chunk `c + bk/8` in the high ones). Below AVX-512, 5- and 6-bit formats use the
+//! same nibble plane for their low 4 bits followed by a 64-byte *high plane*: byte `4j + t`
+//! holds, for every chunk `c`, the bits above the nibble of row `j`'s quant `4c + t` at bits
+//! `high·c..high·c + high` (`high` = 1 or 2), so Q5_0 takes 5.5 bits per weight as in the
+//! file instead of 9. Scales and offsets are stored per group and block as 16 lanes, in
+//! f16 when that is exact (the legacy formats) and f32 otherwise; where the offset is a
+//! fixed multiple of the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
 //! (`acts.rs`); integer sums are exact, and each output is computed in the same order
@@ -43,6 +48,10 @@ pub struct PackedMatrix {
     /// portable path, where `|w| · (x · sign w)` needs one `vpmaddubsw` per chunk instead
     /// of two. (AVX-512 packs Q8_0 as `q + 128` for `vpdpbusd`.)
     pub(crate) signed: bool,
+    /// Bits above the nibble kept in the high plane (0, 1 or 2; never at AVX-512).
+    pub(crate) high: usize,
+    /// The offset as a fixed multiple of the scale (`m = k·d`), not stored.
+    pub(crate) m_of_d: Option<f32>,
     /// Scales stored as f16 (else f32).
     pub(crate) half: bool,
     qs: Vec<u8>,
@@ -64,7 +73,14 @@ impl PackedMatrix {
         }
         let nb = cols / f.bk;
         let groups = rows.div_ceil(GROUP);
-        let nibbles = f.max_u < 16;
+        // AVX-512 keeps 5- and 6-bit quants a byte each (its kernel reads them as stored).
+        let compact = Simd::current() != Simd::Avx512;
+        let high = match f.max_u {
+            16..=31 if compact => 1,
+            32..=63 if compact => 2,
+            _ => 0,
+        };
+        let nibbles = f.max_u < 16 || high > 0;
         // Decode every row once (in parallel), then interleave.
         let mut u = vec![0u8; groups * GROUP * cols];
         let mut d = vec![0f32; groups * GROUP * nb];
@@ -81,7 +97,22 @@ impl PackedMatrix {
             u.iter_mut().for_each(|q| *q = q.wrapping_sub(128));
             m.iter_mut().for_each(|v| *v = 0.0);
         }
-        let half = d.iter().chain(&m).all(|&v| f16::from_f32(v).to_f32() == v);
+        let k = match dtype {
+            _ if !compact => None,
+            _ if signed => Some(0.0),
+            GgmlDType::Q4_0 => Some(-8.0),
+            GgmlDType::Q5_0 => Some(-16.0),
+            GgmlDType::Q6K => Some(-32.0),
+            GgmlDType::Q8_0 => Some(-128.0),
+            _ => None,
+        };
+        // Derived only where every offset is exactly k·d, as the decoder made it.
+        let m_of_d = k.filter(|k| m.iter().zip(&d).all(|(m, d)| *m == k * d));
+        let stored_m: &[f32] = if m_of_d.is_some() { &[] } else { &m };
+        let half = d
+            .iter()
+            .chain(stored_m)
+            .all(|&v| f16::from_f32(v).to_f32() == v);
         let mut p = Self {
             rows,
             cols,
@@ -89,15 +120,17 @@ impl PackedMatrix {
             nibbles,
             wide: f.max_u > 63 && !signed,
             signed,
+            high,
+            m_of_d,
             half,
-            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles)],
+            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles, high)],
             d: Vec::new(),
             m: Vec::new(),
         };
         let qb = p.block_quant_bytes();
-        p.qs.par_chunks_mut(qb)
-            .enumerate()
-            .for_each(|(i, out)| Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, &u, out));
+        p.qs.par_chunks_mut(qb).enumerate().for_each(|(i, out)| {
+            Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, high, &u, out)
+        });
         // Scales: [group][block][16 lanes].
         let lanes = |v: &[f32]| -> Vec<f32> {
             let mut out = vec![0f32; groups * nb * GROUP];
@@ -120,14 +153,17 @@ impl PackedMatrix {
             }
         };
         p.d = bytes_of(lanes(&d));
-        p.m = bytes_of(lanes(&m));
+        if m_of_d.is_none() {
+            p.m = bytes_of(lanes(&m));
+        }
         Some(p)
     }
 
-    fn quant_bytes(bk: usize, nibbles: bool) -> usize {
+    fn quant_bytes(bk: usize, nibbles: bool, high: usize) -> usize {
         let chunks = bk / 4;
+        let planes = if high > 0 { CHUNK } else { 0 };
         if nibbles {
-            chunks / 2 * CHUNK
+            chunks / 2 * CHUNK + planes
         } else {
             chunks * CHUNK
         }
@@ -135,16 +171,38 @@ impl PackedMatrix {
 
     /// Quant bytes of one (group, block).
     pub(crate) fn block_quant_bytes(&self) -> usize {
-        Self::quant_bytes(self.bk, self.nibbles)
+        Self::quant_bytes(self.bk, self.nibbles, self.high)
     }
 
-    fn pack_block(g: usize, b: usize, cols: usize, bk: usize, nib: bool, u: &[u8], out: &mut [u8]) {
+    /// Offset of the high plane inside a block's quant bytes.
+    pub(crate) fn high_plane(&self) -> usize {
+        self.bk / 8 * CHUNK
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pack_block(
+        g: usize,
+        b: usize,
+        cols: usize,
+        bk: usize,
+        nib: bool,
+        high: usize,
+        u: &[u8],
+        out: &mut [u8],
+    ) {
         let at = |j: usize, c: usize, t: usize| u[(g * GROUP + j) * cols + b * bk + 4 * c + t];
         for j in 0..GROUP {
             for t in 0..4 {
                 if nib {
                     for c in 0..bk / 8 {
-                        out[c * CHUNK + 4 * j + t] = at(j, c, t) | (at(j, c + bk / 8, t) << 4);
+                        let lo = at(j, c, t) & 0xF;
+                        out[c * CHUNK + 4 * j + t] = lo | ((at(j, c + bk / 8, t) & 0xF) << 4);
+                    }
+                    if high > 0 {
+                        let plane = &mut out[bk / 8 * CHUNK..];
+                        for c in 0..bk / 4 {
+                            plane[4 * j + t] |= (at(j, c, t) >> 4) << (high * c);
+                        }
                     }
                 } else {
                     for c in 0..bk / 4 {
@@ -182,12 +240,26 @@ impl PackedMatrix {
         self.qs[(g * self.blocks() + b) * qb..][..qb].as_ptr()
     }
 
-    /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`).
+    /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`). The
+    /// offsets' pointer is null when they are derived (`m_of_d`).
     #[inline(always)]
     pub(crate) fn scales(&self, g: usize, b: usize) -> (*const u8, *const u8) {
         let size = GROUP * if self.half { 2 } else { 4 };
         let i = (g * self.blocks() + b) * size;
-        (self.d[i..i + size].as_ptr(), self.m[i..i + size].as_ptr())
+        let m = if self.m_of_d.is_some() {
+            std::ptr::null()
+        } else {
+            self.m[i..i + size].as_ptr()
+        };
+        (self.d[i..i + size].as_ptr(), m)
+    }
+
+    /// The offset of row `j` of (group, block).
+    fn offset_at(&self, g: usize, b: usize, j: usize) -> f32 {
+        match self.m_of_d {
+            Some(k) => k * self.scale_at(&self.d, g, b, j),
+            None => self.scale_at(&self.m, g, b, j),
+        }
     }
 
     fn scale_at(&self, v: &[u8], g: usize, b: usize, j: usize) -> f32 {
@@ -216,7 +288,12 @@ impl PackedMatrix {
         if self.nibbles {
             let half = self.bk / 8;
             let byte = q[(c % half) * CHUNK + 4 * j + tt];
-            if c < half { byte & 0xF } else { byte >> 4 }
+            let lo = if c < half { byte & 0xF } else { byte >> 4 };
+            if self.high == 0 {
+                return lo;
+            }
+            let mask = (1u8 << self.high) - 1;
+            lo | (((q[self.high_plane() + 4 * j + tt] >> (self.high * c)) & mask) << 4)
         } else {
             q[c * CHUNK + 4 * j + tt]
         }
@@ -224,20 +301,10 @@ impl PackedMatrix {
 
     /// All quants of (group, block) as `u[row * bk + t]`.
     fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
-        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
         let bk = self.bk;
-        let half = bk / 8;
         for j in 0..GROUP {
-            for c in 0..bk / 4 {
-                for t in 0..4 {
-                    u[j * bk + 4 * c + t] = if !self.nibbles {
-                        q[c * CHUNK + 4 * j + t]
-                    } else if c < half {
-                        q[c * CHUNK + 4 * j + t] & 0xF
-                    } else {
-                        q[(c - half) * CHUNK + 4 * j + t] >> 4
-                    };
-                }
+            for t in 0..bk {
+                u[j * bk + t] = self.quant_at(g, b, j, t);
             }
         }
     }
@@ -247,7 +314,7 @@ impl PackedMatrix {
         let (g, j) = (r / GROUP, r % GROUP);
         for b in 0..self.blocks() {
             let d = self.scale_at(&self.d, g, b, j);
-            let m = self.scale_at(&self.m, g, b, j);
+            let m = self.offset_at(g, b, j);
             for t in 0..self.bk {
                 out[b * self.bk + t] = d * self.value(self.quant_at(g, b, j, t)) as f32 + m;
             }
@@ -296,7 +363,7 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512 if !self.signed => unsafe {
+            Simd::Avx512 if !self.signed && self.high == 0 && self.m_of_d.is_none() => unsafe {
                 crate::avx512::packed_groups(self, a, g0, g1, y, stride)
             },
             #[cfg(target_arch = "x86_64")]
@@ -349,7 +416,7 @@ impl PackedMatrix {
             for b in 0..nb {
                 self.unpack(g, b, &mut u);
                 let dw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.d, g, b, j));
-                let mw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.m, g, b, j));
+                let mw: [f32; GROUP] = std::array::from_fn(|j| self.offset_at(g, b, j));
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let xq = &a.q[i * cols + b * bk..][..bk];
                     let da = a.d[(i * cols + b * bk) / 32];

@@ -130,3 +130,69 @@ fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
             .half
     );
 }
+
+/// Every quant at its largest against activations at ±127: the kernels' 16-bit partial
+/// sums (`avx2::run16`) must not overflow, so each level still gives the exact sum.
+#[test]
+fn largest_quants_against_largest_activations_stay_exact() {
+    let (rows, cols) = (16, 256);
+    for (dtype, fill) in [
+        (GgmlDType::Q4_0, 0xFF),
+        (GgmlDType::Q4_1, 0xFF),
+        (GgmlDType::Q5_0, 0xFF),
+        (GgmlDType::Q5_1, 0xFF),
+        (GgmlDType::Q8_0, 0x80),
+        (GgmlDType::Q8_0, 0x7F),
+        (GgmlDType::Q4K, 0xFF),
+        (GgmlDType::Q5K, 0xFF),
+        (GgmlDType::Q6K, 0xFF),
+    ] {
+        let f = crate::formats::Format::of(dtype).expect("format");
+        let mut block = vec![fill; f.block_bytes];
+        // Scales of 1/64 (f16 0x2400) where the format keeps them; quants stay at `fill`.
+        let one = [0x00u8, 0x24];
+        match dtype {
+            GgmlDType::Q6K => block[208..210].copy_from_slice(&one),
+            GgmlDType::Q4K | GgmlDType::Q5K => {
+                block[0..2].copy_from_slice(&one);
+                block[2..4].copy_from_slice(&one);
+            }
+            GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
+                block[0..2].copy_from_slice(&one);
+                block[2..4].copy_from_slice(&one);
+            }
+            _ => block[0..2].copy_from_slice(&one),
+        }
+        let bytes = block.repeat(rows * cols / f.block_weights);
+        let p = PackedMatrix::new(dtype, &bytes, rows, cols).expect("fast path");
+        for sign in [1.0f32, -1.0] {
+            let x = vec![sign; cols];
+            let acts = QuantActs::new(&x, 1, cols);
+            assert!(acts.q.iter().all(|q| q.unsigned_abs() == 127));
+            let mut row = vec![0f32; cols];
+            let exact: Vec<f64> = (0..rows)
+                .map(|r| {
+                    p.row(r, &mut row);
+                    row.iter()
+                        .enumerate()
+                        .map(|(c, w)| *w as f64 * acts.q[c] as f64 * acts.d[c / 32] as f64)
+                        .sum()
+                })
+                .collect();
+            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
+                if level as u8 > Simd::detected() as u8 {
+                    continue;
+                }
+                let mut y = vec![f32::NAN; rows];
+                // SAFETY: y has `rows` elements and this thread alone writes them.
+                unsafe { p.matmul_groups_at(level, &acts, 0, 1, y.as_mut_ptr(), rows) };
+                for (r, (got, want)) in y.iter().zip(&exact).enumerate() {
+                    assert!(
+                        (*got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{dtype:?} fill {fill:#x} {level:?} x={sign} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
