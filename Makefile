@@ -24,6 +24,7 @@ test: test-data
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release --bin sluice
 	scripts/test-python
+	scripts/test-node
 	scripts/test-schemathesis
 	scripts/test-deploy
 

@@ -117,6 +117,10 @@ pub struct ServeArgs {
     /// A file of API keys, one per line (blank lines and `#` comments ignored).
     #[arg(long, env = "SLUICE_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// How tool calls are read from the model's output: hermes (also qwen), llama3 or
+    /// mistral. Default: what the chat template shows (hermes when it shows none).
+    #[arg(long, env = "SLUICE_TOOL_CALL_PARSER")]
+    pub tool_call_parser: Option<String>,
     /// Origins allowed to call the API from a browser (repeatable; `*` for any). None: no
     /// CORS headers are sent.
     #[arg(
@@ -220,6 +224,8 @@ pub struct HttpConfig {
     pub api_keys: Vec<String>,
     /// CORS origins (empty: no CORS headers).
     pub cors_origins: Vec<String>,
+    /// `--tool-call-parser` (`None`: from the chat template).
+    pub tool_parser: Option<crate::tools::ToolFormat>,
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
     pub shutdown_grace: Duration,
 }
@@ -318,6 +324,15 @@ impl ServeArgs {
             max_body_bytes: int("max-body-bytes", self.max_body_bytes, 1024, BIG)?,
             api_keys: self.all_api_keys()?,
             cors_origins: self.cors_origins.clone(),
+            tool_parser: match self.tool_call_parser.as_deref() {
+                None => None,
+                Some(n) => Some(crate::tools::ToolFormat::named(n).ok_or_else(|| {
+                    ConfigError::Invalid {
+                        flag: "tool-call-parser",
+                        reason: format!("`{n}`: use hermes, qwen, llama3 or mistral"),
+                    }
+                })?),
+            },
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
         };
         let admin = self

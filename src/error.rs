@@ -125,6 +125,7 @@ impl ApiError {
                 EngineError::Aborted => row(S::SERVICE_UNAVAILABLE, "aborted_by_reload", None),
                 EngineError::ShuttingDown => row(S::SERVICE_UNAVAILABLE, "shutting_down", None),
                 EngineError::Died => row(S::SERVICE_UNAVAILABLE, "engine_failed", None),
+                EngineError::Grammar(_) => row(S::INTERNAL_SERVER_ERROR, "grammar_failed", None),
             },
             ApiError::Tokenizer(e) => match e {
                 TokenizerError::NoChatTemplate | TokenizerError::Template(_) => {

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 mod server;
+pub mod tools;
 pub mod validation;
 
 pub use server::{load_model, run, run_with};

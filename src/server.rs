@@ -72,6 +72,7 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     let mut state = AppState::new(engine, tokenizer, &config.model.name, config.limits.clone());
     state.api_keys = Arc::new(config.http.api_keys.clone());
     state.cors_origins = Arc::new(config.http.cors_origins.clone());
+    state.tool_parser = config.http.tool_parser;
     state.admin = admin;
     Ok(state)
 }

@@ -154,6 +154,7 @@ async fn end_token_and_stop_string_finish_with_stop() {
         .apply_chat_template(&[sluice::tokenizer::ChatMessage {
             role: "user".into(),
             content: "What is the capital of Germany?".into(),
+            ..Default::default()
         }])
         .unwrap();
     let mut r = ValidRequest::greedy(tok.encode(&chat).unwrap(), 100);

@@ -238,6 +238,7 @@ fn hugging_face_folders_match_the_same_weights_in_gguf() {
             .apply_chat_template(&[sluice::tokenizer::ChatMessage {
                 role: "user".into(),
                 content: "hi".into(),
+                ..Default::default()
             }])
             .unwrap();
         assert_eq!(text, "<s>user: hi\n<s>assistant: ");
@@ -303,6 +304,7 @@ fn a_chat_template_file_replaces_the_models() {
             .apply_chat_template(&[sluice::tokenizer::ChatMessage {
                 role: "user".into(),
                 content: "hi".into(),
+                ..Default::default()
             }])
             .unwrap();
         assert_eq!(text, "[user] hi\n[assistant]");

@@ -3,6 +3,8 @@
 //! into engine requests.
 
 pub mod admin;
+pub mod structured;
+pub mod tools;
 
 use std::collections::HashMap;
 
@@ -87,6 +89,19 @@ pub struct CommonParams {
     pub ignore_eos: bool,
     /// Generate at least this many tokens before any stop applies.
     pub min_tokens: Option<i64>,
+    /// OpenAI's output format: `text`, `json_object` or `json_schema`.
+    pub response_format: Option<structured::ResponseFormat>,
+    /// vLLM's constraints: `json`, `regex`, `choice` or `grammar`.
+    pub structured_outputs: Option<structured::StructuredOutputs>,
+    /// Older vLLM name of `structured_outputs.json`.
+    #[schema(value_type = Object)]
+    pub guided_json: Option<serde_json::Value>,
+    /// Older vLLM name of `structured_outputs.regex`.
+    pub guided_regex: Option<String>,
+    /// Older vLLM name of `structured_outputs.choice`.
+    pub guided_choice: Option<Vec<String>>,
+    /// Older vLLM name of `structured_outputs.grammar`.
+    pub guided_grammar: Option<String>,
 }
 
 /// `POST /v1/completions`.
@@ -132,6 +147,12 @@ pub struct WireMessage {
     pub role: String,
     /// Text content (null is treated as empty).
     pub content: Option<MessageContent>,
+    /// An assistant's earlier tool calls.
+    pub tool_calls: Option<Vec<tools::ToolCall>>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+    /// A name for the author (for `tool` messages: the function).
+    pub name: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -147,6 +168,13 @@ pub struct ChatRequest {
     pub logprobs: bool,
     /// Alternatives per token (0..=20), needs `logprobs`.
     pub top_logprobs: Option<i64>,
+    /// Functions the model may call.
+    pub tools: Option<Vec<tools::Tool>>,
+    /// `none`, `auto` (default with tools), `required`, or `{"type": "function",
+    /// "function": {"name": ...}}`.
+    pub tool_choice: Option<tools::ToolChoice>,
+    /// Whether several calls may be made in one answer (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Common fields.
     #[serde(flatten)]
     pub common: CommonParams,
@@ -265,8 +293,11 @@ pub struct ChatLogprobs {
 pub struct ChatMessageOut {
     /// `assistant`.
     pub role: &'static str,
-    /// Generated text.
-    pub content: String,
+    /// Generated text (null when the answer is only tool calls).
+    pub content: Option<String>,
+    /// The calls the model made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<tools::ToolCall>>,
 }
 
 /// One choice of a chat response.
@@ -278,7 +309,7 @@ pub struct ChatChoice {
     pub message: ChatMessageOut,
     /// Log-probabilities when asked for.
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop` or `length`.
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: Option<&'static str>,
 }
 
@@ -310,6 +341,9 @@ pub struct ChatDelta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Pieces of tool calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<tools::ToolCallDelta>>,
 }
 
 /// One choice of a chat chunk.

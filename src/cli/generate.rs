@@ -75,6 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (None, Some(c)) => tokenizer.apply_chat_template(&[ChatMessage {
             role: "user".into(),
             content: c,
+            ..Default::default()
         }])?,
         (None, None) => bail!("give --prompt or --chat"),
     };

@@ -22,7 +22,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
 use utoipa_scalar::{Scalar, Servable};
 
-use sluice_engine::{EngineHandle, Tokenizer};
+use sluice_engine::{EngineHandle, Grammars, Tokenizer};
 use tokio::sync::watch;
 
 use crate::error::{ApiError, HttpError};
@@ -55,6 +55,11 @@ pub struct AppState {
     pub api_keys: Arc<Vec<String>>,
     /// Origins allowed by CORS (empty: no CORS headers; `*`: any).
     pub cors_origins: Arc<Vec<String>>,
+    /// The grammar compiler for structured outputs (`None` if the vocabulary cannot be
+    /// given to it; such requests are then refused).
+    pub grammars: Option<Arc<Grammars>>,
+    /// `--tool-call-parser` (`None`: from the chat template).
+    pub tool_parser: Option<crate::tools::ToolFormat>,
 }
 
 impl AppState {
@@ -65,7 +70,16 @@ impl AppState {
         model_name: &str,
         limits: Limits,
     ) -> Self {
+        let grammars = match Grammars::new(tokenizer.clone()) {
+            Ok(g) => Some(Arc::new(g)),
+            Err(e) => {
+                tracing::warn!("structured outputs are off: {e}");
+                None
+            }
+        };
         Self {
+            grammars,
+            tool_parser: None,
             http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
             tokenizer,

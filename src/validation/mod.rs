@@ -3,8 +3,10 @@
 //! an error that names it (docs/ARCHITECTURE.md, "One way down").
 
 mod params;
+mod structured;
+mod tools;
 
-use sluice_engine::{ChatMessage, Tokenizer, TokenizerError, ValidRequest};
+use sluice_engine::{ChatMessage, Grammars, Tokenizer, TokenizerError, ValidRequest};
 
 use params::{build, check_ids};
 
@@ -112,6 +114,8 @@ pub struct Validated {
     pub include_usage: bool,
     /// Prefix each completion with its prompt.
     pub echo: bool,
+    /// The format to read tool calls in, when the request has active tools.
+    pub tool_format: Option<crate::tools::ToolFormat>,
 }
 
 /// Checks the `model` field against the served name.
@@ -126,6 +130,7 @@ pub fn check_model(model: Option<&str>, served: &str) -> Result<(), ValidationEr
 pub fn completion(
     r: &CompletionRequest,
     tok: &Tokenizer,
+    grammars: Option<&Grammars>,
     limits: &Limits,
     served: &str,
 ) -> Result<Validated, ValidationError> {
@@ -177,7 +182,8 @@ pub fn completion(
             format!("give between 1 and {} prompts", limits.max_prompts),
         ));
     }
-    let (requests, n) = build(
+    let constraint = structured::constraint(&r.common, grammars)?;
+    let (mut requests, n) = build(
         &r.common,
         prompts,
         Some(16),
@@ -186,6 +192,9 @@ pub fn completion(
         tok,
         limits,
     )?;
+    for q in &mut requests {
+        q.constraint = constraint.clone();
+    }
     Ok(Validated {
         requests,
         prompt_texts: texts,
@@ -197,6 +206,7 @@ pub fn completion(
             .as_ref()
             .is_some_and(|o| o.include_usage),
         echo: r.echo,
+        tool_format: None,
     })
 }
 
@@ -232,10 +242,7 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationErro
                     s
                 }
             };
-            Ok(ChatMessage {
-                role: m.role.clone(),
-                content,
-            })
+            Ok(ChatMessage::text(&m.role, &content))
         })
         .collect()
 }
@@ -244,11 +251,16 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationErro
 pub fn chat(
     r: &ChatRequest,
     tok: &Tokenizer,
+    grammars: Option<&Grammars>,
+    tool_parser: Option<crate::tools::ToolFormat>,
     limits: &Limits,
     served: &str,
 ) -> Result<Validated, ValidationError> {
     check_model(r.common.model.as_deref(), served)?;
-    let text = tok.apply_chat_template(&messages(&r.messages)?)?;
+    let mut msgs = messages(&r.messages)?;
+    tools::history(&r.messages, &mut msgs)?;
+    let plan = tools::plan(r, &msgs, tok, grammars, tool_parser)?;
+    let text = plan.text;
     let prompt = tok.encode(&text)?;
     let logprobs = match (r.logprobs, r.top_logprobs) {
         (_, Some(k)) if k < 0 || k as usize > limits.max_top_logprobs => {
@@ -279,7 +291,19 @@ pub fn chat(
         }
         common.max_tokens = Some(m);
     }
-    let (requests, n) = build(&common, vec![prompt], None, logprobs, "chat", tok, limits)?;
+    let constraint = match (structured::constraint(&common, grammars)?, plan.constraint) {
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::invalid(
+                "tool_choice",
+                "a required tool call and `response_format` cannot both constrain the output",
+            ));
+        }
+        (a, b) => a.or(b),
+    };
+    let (mut requests, n) = build(&common, vec![prompt], None, logprobs, "chat", tok, limits)?;
+    for q in &mut requests {
+        q.constraint = constraint.clone();
+    }
     Ok(Validated {
         requests,
         prompt_texts: vec![text],
@@ -290,5 +314,6 @@ pub fn chat(
             .as_ref()
             .is_some_and(|o| o.include_usage),
         echo: false,
+        tool_format: plan.format,
     })
 }

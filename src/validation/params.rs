@@ -255,6 +255,7 @@ pub(super) fn build(
                 stop_strings: stop_strings.clone(),
                 logprobs,
                 route,
+                constraint: None,
             });
         }
     }

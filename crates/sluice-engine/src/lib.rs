@@ -11,6 +11,9 @@
 //! docs/ARCHITECTURE.md describes the data path and the rules the engine keeps.
 
 pub mod checkpoint;
+pub mod constraint;
+#[cfg(test)]
+mod constraint_tests;
 pub mod failpoint;
 pub mod gguf;
 mod handle;
@@ -32,6 +35,7 @@ mod worker_tests;
 
 use std::path::{Path, PathBuf};
 
+pub use constraint::{Constraint, GrammarSpec, Grammars};
 pub use gguf::{GgufFile, ModelError};
 pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
 pub use model::{Model, Shape, TokenRow};

@@ -50,12 +50,19 @@ pub const SLOTS_CAPACITY: &str = "sluice_kv_slots_capacity";
 pub const KV_USAGE: &str = "sluice_kv_cache_usage_ratio";
 /// Version number of the loaded weights.
 pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
+/// Constrained requests admitted, by grammar kind.
+pub const CONSTRAINED_TOTAL: &str = "sluice_constrained_requests_total";
+/// Seconds computing the grammar masks of one step (all its constrained sequences).
+pub const MASK_SECONDS: &str = "sluice_grammar_mask_duration_seconds";
 /// Build and model labels (value 1).
 pub const BUILD_INFO: &str = "sluice_build_info";
 /// Latency buckets in seconds (vLLM's), shared with the HTTP layer's histogram.
 pub const LATENCY: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+const MASK: &[f64] = &[
+    0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 const ITL: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -119,6 +126,10 @@ pub struct Metrics {
     pub weights_version: IntGauge,
     /// See [`BUILD_INFO`].
     pub build_info: IntGaugeVec,
+    /// See [`CONSTRAINED_TOTAL`].
+    pub constrained: IntCounterVec,
+    /// See [`MASK_SECONDS`].
+    pub mask_time: Histogram,
 }
 
 fn hist(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
@@ -222,6 +233,18 @@ impl Metrics {
                 REQUESTS_TOTAL,
                 "Finished requests.",
                 &["route", "finish_reason"],
+            ),
+            constrained: counter_vec(
+                &r,
+                CONSTRAINED_TOTAL,
+                "Constrained requests admitted, by grammar kind.",
+                &["kind"],
+            ),
+            mask_time: hist(
+                &r,
+                MASK_SECONDS,
+                "Time computing the grammar masks of one step.",
+                MASK,
             ),
             prompt_tokens_total: counter(&r, PROMPT_TOKENS_TOTAL, "Prompt tokens prefilled."),
             generation_tokens_total: counter(&r, GENERATION_TOKENS_TOTAL, "Tokens generated."),

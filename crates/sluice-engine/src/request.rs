@@ -1,5 +1,6 @@
 //! What goes into the engine (a validated request) and what comes out (events).
 
+use crate::constraint::Constraint;
 use crate::sampling::SamplingParams;
 
 /// A request the engine can run. Built by `validation` from the wire types, which checks
@@ -25,6 +26,8 @@ pub struct ValidRequest {
     pub logprobs: Option<usize>,
     /// Route label for metrics (`completions`, `chat`, or `engine` for direct callers).
     pub route: &'static str,
+    /// A compiled grammar the output must follow.
+    pub constraint: Option<Constraint>,
 }
 
 impl ValidRequest {
@@ -40,6 +43,7 @@ impl ValidRequest {
             stop_strings: Vec::new(),
             logprobs: None,
             route: "engine",
+            constraint: None,
         }
     }
 }
@@ -120,6 +124,9 @@ pub enum EngineError {
     /// The server is shutting down and its grace period ran out.
     #[error("the server is shutting down and its grace period ran out")]
     ShuttingDown,
+    /// The request's grammar failed mid-generation (this sequence only).
+    #[error("the output grammar failed: {0}")]
+    Grammar(String),
     /// The engine thread failed; the server cannot generate until restarted.
     #[error("the engine failed and stopped; the server must be restarted")]
     Died,

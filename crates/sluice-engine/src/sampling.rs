@@ -162,8 +162,23 @@ fn penalise(logits: &mut [f32], p: &SamplingParams, h: &History) {
 /// Chooses the next token of a sequence at generation step `step` and reports `n_top`
 /// raw alternatives. `logits` is the model's raw output and is left untouched.
 pub fn sample(logits: &[f32], p: &SamplingParams, h: &History, step: u64, n_top: usize) -> Sampled {
+    sample_with(logits, p, h, step, n_top, |_| {})
+}
+
+/// As `sample`, with `restrict` applied to the penalised logits before the choice (a
+/// grammar's mask sets forbidden tokens to -inf); log-probabilities stay those of the raw
+/// distribution.
+pub fn sample_with(
+    logits: &[f32],
+    p: &SamplingParams,
+    h: &History,
+    step: u64,
+    n_top: usize,
+    restrict: impl FnOnce(&mut [f32]),
+) -> Sampled {
     let mut work = logits.to_vec();
     penalise(&mut work, p, h);
+    restrict(&mut work);
     let token = if p.temperature <= 0.0 {
         best(&work, 1)[0] as u32
     } else {

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::constraint::Guide;
 use crate::handle::EventSender;
 use crate::metrics::Metrics;
 use crate::request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};
@@ -29,6 +30,10 @@ pub(crate) struct Sequence {
     last_token: Option<Instant>,
     decoder: IncrementalDecoder,
     stop: StopText,
+    /// The grammar's matcher, for constrained requests.
+    pub(crate) guide: Option<Guide>,
+    /// Why its grammar failed while computing the next mask.
+    pub(crate) grammar_error: Option<String>,
 }
 
 /// Whether a sequence goes on after a token.
@@ -52,7 +57,10 @@ impl Sequence {
             prompt: req.prompt.clone(),
             generated: Vec::new(),
         };
+        let guide = req.constraint.as_ref().map(Guide::new);
         Self {
+            guide,
+            grammar_error: None,
             req,
             tx,
             lease,

@@ -4,18 +4,21 @@
 //! loop").
 
 use std::collections::VecDeque;
+
+use rayon::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::constraint::Guide;
 use crate::handle::{Command, EngineConfig, Queued, Shared};
 use crate::kv::KvSlab;
 use crate::metrics::Metrics;
 use crate::model::{Model, TokenRow};
 use crate::reload::{ReloadMode, Swap, Swapped};
 use crate::request::{EngineError, Event};
-use crate::sampling::{SamplingParams, sample};
+use crate::sampling::{SamplingParams, sample_with};
 use crate::scheduler::{Buckets, Waiting, plan};
 use crate::sequence::{Progress, Sequence};
 use crate::slots::SlotPool;
@@ -270,8 +273,13 @@ impl Worker {
             }
             last.push(rows.len() - 1);
         }
+        for s in &seqs {
+            if let Some(c) = &s.req.constraint {
+                self.metrics.constrained.with_label_values(&[c.kind]).inc();
+            }
+        }
         let t = Instant::now();
-        let logits = self.model.forward(&mut self.kv, &rows, &last);
+        let logits = self.forward_and_masks(&rows, &last, &mut seqs);
         self.metrics
             .prefill_duration
             .observe(t.elapsed().as_secs_f64());
@@ -283,7 +291,7 @@ impl Worker {
         if self.running.is_empty() {
             return;
         }
-        let seqs = std::mem::take(&mut self.running);
+        let mut seqs = std::mem::take(&mut self.running);
         let rows: Vec<TokenRow> = seqs
             .iter()
             .map(|s| TokenRow {
@@ -298,17 +306,59 @@ impl Worker {
             .collect();
         let want: Vec<usize> = (0..rows.len()).collect();
         let t = Instant::now();
-        let logits = self.model.forward(&mut self.kv, &rows, &want);
+        let logits = self.forward_and_masks(&rows, &want, &mut seqs);
         self.metrics.decode_step.observe(t.elapsed().as_secs_f64());
         self.metrics.decode_batch.observe(rows.len() as f64);
         self.sample_into(seqs, &logits);
     }
 
+    /// The model's logits for `rows`, while the grammar masks of the constrained
+    /// sequences among `seqs` are computed beside it (on the compute pool, all sequences
+    /// in parallel: docs/ARCHITECTURE.md, "Constrained decoding").
+    fn forward_and_masks(
+        &mut self,
+        rows: &[TokenRow],
+        want: &[usize],
+        seqs: &mut [Sequence],
+    ) -> Vec<f32> {
+        if seqs.iter().all(|s| s.guide.is_none()) {
+            return self.model.forward(&mut self.kv, rows, want);
+        }
+        let (model, kv, metrics) = (&self.model, &mut self.kv, &self.metrics);
+        std::thread::scope(|scope| {
+            let mut work: Vec<(&mut Guide, &mut Option<String>)> = seqs
+                .iter_mut()
+                .filter_map(|s| Some((s.guide.as_mut()?, &mut s.grammar_error)))
+                .collect();
+            let masks = scope.spawn(move || {
+                let t = Instant::now();
+                // On the compute pool, between the forward pass's own tasks.
+                crate::model::pool().install(|| {
+                    work.par_iter_mut().for_each(|(g, err)| {
+                        if let Err(e) = g.compute() {
+                            **err = Some(e);
+                        }
+                    })
+                });
+                metrics.mask_time.observe(t.elapsed().as_secs_f64());
+            });
+            let logits = model.forward(kv, rows, want);
+            masks.join().expect("mask computation does not panic");
+            logits
+        })
+    }
+
     /// Samples one token per sequence from its row of `logits`; sequences that go on
-    /// join `running`, finished ones are dropped (freeing their slots).
+    /// join `running`, finished ones are dropped (freeing their slots). A constrained
+    /// sequence samples under its grammar's mask and feeds the token back to it; if the
+    /// grammar fails, that sequence alone ends with an error.
     fn sample_into(&mut self, seqs: Vec<Sequence>, logits: &[f32]) {
         let vocab = self.model.shape().vocab;
         for (i, mut s) in seqs.into_iter().enumerate() {
+            if let Some(e) = s.grammar_error.take() {
+                self.fail(s, e);
+                continue;
+            }
             let row = &logits[i * vocab..(i + 1) * vocab];
             let step = s.generated() as u64;
             let banned;
@@ -322,7 +372,27 @@ impl Worker {
             } else {
                 &s.req.params
             };
-            let sampled = sample(row, params, &s.history, step, s.req.logprobs.unwrap_or(0));
+            let mask = s.guide.as_mut().and_then(|g| g.mask.take());
+            let sampled = sample_with(
+                row,
+                params,
+                &s.history,
+                step,
+                s.req.logprobs.unwrap_or(0),
+                |work| {
+                    if let Some(m) = &mask {
+                        crate::constraint::apply(m, work);
+                    }
+                },
+            );
+            let ends = s.req.stop_ids.contains(&sampled.token);
+            if let Some(g) = &mut s.guide
+                && !ends
+                && let Err(e) = g.commit(sampled.token)
+            {
+                self.fail(s, e);
+                continue;
+            }
             let progress = s.accept(
                 sampled,
                 &self.tok,
@@ -334,6 +404,15 @@ impl Worker {
                 self.running.push(s);
             }
         }
+    }
+
+    /// Ends `s` with a grammar error.
+    fn fail(&self, s: Sequence, why: String) {
+        s.tx.send(Event::Error(EngineError::Grammar(why)));
+        self.metrics
+            .requests
+            .with_label_values(&[s.req.route, "grammar_error"])
+            .inc();
     }
 
     fn publish(&self) {

@@ -301,10 +301,29 @@ impl PackedMatrix {
 
     /// All quants of (group, block) as `u[row * bk + t]`.
     fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
+        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
         let bk = self.bk;
+        let half = bk / 8;
+        let plane = &q[self.high_plane().min(q.len())..];
+        let mask = (1u8 << self.high) - 1;
         for j in 0..GROUP {
-            for t in 0..bk {
-                u[j * bk + t] = self.quant_at(g, b, j, t);
+            for c in 0..bk / 4 {
+                for t in 0..4 {
+                    u[j * bk + 4 * c + t] = if !self.nibbles {
+                        q[c * CHUNK + 4 * j + t]
+                    } else {
+                        let lo = if c < half {
+                            q[c * CHUNK + 4 * j + t] & 0xF
+                        } else {
+                            q[(c - half) * CHUNK + 4 * j + t] >> 4
+                        };
+                        if self.high == 0 {
+                            lo
+                        } else {
+                            lo | (((plane[4 * j + t] >> (self.high * c)) & mask) << 4)
+                        }
+                    };
+                }
             }
         }
     }

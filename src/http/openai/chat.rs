@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::run::{self, ChunkMaker, request_id, token_text};
+use crate::api::tools::{FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta};
 use crate::api::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
     ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
@@ -13,8 +14,11 @@ use crate::api::{
 use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
+use crate::tools::ToolStream;
+use crate::tools::parse::{ParsedCall, parse};
+use crate::tools::stream::Piece;
 use crate::validation;
-use sluice_engine::{Finish, TokenEvent, Tokenizer};
+use sluice_engine::{Finish, FinishReason, TokenEvent, Tokenizer};
 
 /// Logprobs of `tokens` in the chat format.
 fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> ChatLogprobs {
@@ -48,6 +52,28 @@ struct Chunks {
     base: ChatChunk,
     choices: usize,
     want_logprobs: bool,
+    /// Per choice, when the request has active tools.
+    tools: Vec<ToolStream>,
+}
+
+/// A response's id for a call.
+fn call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The calls of a finished answer in the response shape.
+fn tool_calls(calls: Vec<ParsedCall>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .map(|c| ToolCall {
+            id: call_id(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect()
 }
 
 impl Chunks {
@@ -55,6 +81,55 @@ impl Chunks {
         let mut c = self.base.clone();
         c.choices = vec![choice];
         serde_json::to_string(&c).expect("chat chunks serialise")
+    }
+
+    fn delta(
+        &self,
+        index: usize,
+        content: Option<String>,
+        tool_calls: Option<Vec<ToolCallDelta>>,
+        logprobs: Option<ChatLogprobs>,
+        finish_reason: Option<&'static str>,
+    ) -> String {
+        self.chunk(ChatChunkChoice {
+            index,
+            delta: ChatDelta {
+                role: None,
+                content,
+                tool_calls,
+            },
+            logprobs,
+            finish_reason,
+        })
+    }
+
+    /// Each completed call as two deltas: index, id, type and name with empty arguments,
+    /// then the arguments.
+    fn call_chunks(&self, index: usize, calls: Vec<(usize, ParsedCall)>) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, c) in calls {
+            let head = ToolCallDelta {
+                index: i,
+                id: Some(call_id()),
+                kind: Some("function"),
+                function: FunctionCallDelta {
+                    name: Some(c.name),
+                    arguments: Some(String::new()),
+                },
+            };
+            let args = ToolCallDelta {
+                index: i,
+                id: None,
+                kind: None,
+                function: FunctionCallDelta {
+                    name: None,
+                    arguments: Some(c.arguments),
+                },
+            };
+            out.push(self.delta(index, None, Some(vec![head]), None, None));
+            out.push(self.delta(index, None, Some(vec![args]), None, None));
+        }
+        out
     }
 }
 
@@ -67,6 +142,7 @@ impl ChunkMaker for Chunks {
                     delta: ChatDelta {
                         role: Some("assistant"),
                         content: Some(String::new()),
+                        tool_calls: None,
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -75,30 +151,40 @@ impl ChunkMaker for Chunks {
             .collect()
     }
 
-    fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String> {
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
         let lp =
             (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
-        if t.text.is_empty() && lp.is_none() {
-            return None;
-        }
-        Some(self.chunk(ChatChunkChoice {
-            index,
-            delta: ChatDelta {
-                role: None,
-                content: Some(t.text.clone()),
+        let piece = match self.tools.get_mut(index) {
+            Some(s) => s.push(&t.text),
+            None => Piece {
+                content: t.text.clone(),
+                calls: Vec::new(),
             },
-            logprobs: lp,
-            finish_reason: None,
-        }))
+        };
+        let mut out = Vec::new();
+        if !piece.content.is_empty() || lp.is_some() {
+            out.push(self.delta(index, Some(piece.content), None, lp, None));
+        }
+        out.extend(self.call_chunks(index, piece.calls));
+        out
     }
 
-    fn done(&mut self, index: usize, f: &Finish) -> String {
-        self.chunk(ChatChunkChoice {
-            index,
-            delta: ChatDelta::default(),
-            logprobs: None,
-            finish_reason: Some(f.reason.as_str()),
-        })
+    fn done(&mut self, index: usize, f: &Finish) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut reason = f.reason.as_str();
+        if let Some(s) = self.tools.get_mut(index) {
+            let piece = s.finish();
+            let called = s.calls() > 0;
+            if !piece.content.is_empty() {
+                out.push(self.delta(index, Some(piece.content), None, None, None));
+            }
+            out.extend(self.call_chunks(index, piece.calls));
+            if called && f.reason == FinishReason::Stop {
+                reason = "tool_calls";
+            }
+        }
+        out.push(self.delta(index, None, None, None, Some(reason)));
+        out
     }
 
     fn usage(&mut self, u: Usage) -> String {
@@ -127,8 +213,17 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     s.check_open()?;
     let st = s.clone();
-    let v =
-        off_thread(move || validation::chat(&r, &st.tokenizer, &st.limits, &st.model_name)).await?;
+    let v = off_thread(move || {
+        validation::chat(
+            &r,
+            &st.tokenizer,
+            st.grammars.as_deref(),
+            st.tool_parser,
+            &st.limits,
+            &st.model_name,
+        )
+    })
+    .await?;
     let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let id = request_id("chatcmpl");
@@ -148,6 +243,10 @@ pub async fn handle(
             },
             choices: streams.len(),
             want_logprobs,
+            tools: match v.tool_format {
+                Some(f) => (0..streams.len()).map(|_| ToolStream::new(f)).collect(),
+                None => Vec::new(),
+            },
         };
         let shutdown = s.deadline.subscribe();
         return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
@@ -166,14 +265,27 @@ pub async fn handle(
     };
     for (index, c) in choices.into_iter().enumerate() {
         resp.system_fingerprint = c.finish.weights_version.clone();
+        let mut reason = c.finish.reason.as_str();
+        let (content, calls) = match v.tool_format {
+            Some(f) => {
+                let p = parse(f, &c.text);
+                if !p.calls.is_empty() && c.finish.reason == FinishReason::Stop {
+                    reason = "tool_calls";
+                }
+                let content = (!p.content.is_empty() || p.calls.is_empty()).then_some(p.content);
+                (content, (!p.calls.is_empty()).then(|| tool_calls(p.calls)))
+            }
+            None => (Some(c.text), None),
+        };
         resp.choices.push(ChatChoice {
             index,
             logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
             message: ChatMessageOut {
                 role: "assistant",
-                content: c.text,
+                content,
+                tool_calls: calls,
             },
-            finish_reason: Some(c.finish.reason.as_str()),
+            finish_reason: Some(reason),
         });
     }
     Ok(axum::Json(resp).into_response())

@@ -76,7 +76,7 @@ impl ChunkMaker for Chunks {
         v
     }
 
-    fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String> {
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
         let lp = (self.want_logprobs && !t.is_end).then(|| {
             let off = self.offsets.entry(index).or_default();
             let lp = logprobs(&self.tok, std::slice::from_ref(t), *off);
@@ -84,13 +84,13 @@ impl ChunkMaker for Chunks {
             lp
         });
         if t.text.is_empty() && lp.is_none() {
-            return None;
+            return Vec::new();
         }
-        Some(self.chunk(index, t.text.clone(), lp, None))
+        vec![self.chunk(index, t.text.clone(), lp, None)]
     }
 
-    fn done(&mut self, index: usize, f: &Finish) -> String {
-        self.chunk(index, String::new(), None, Some(f.reason.as_str()))
+    fn done(&mut self, index: usize, f: &Finish) -> Vec<String> {
+        vec![self.chunk(index, String::new(), None, Some(f.reason.as_str()))]
     }
 
     fn usage(&mut self, u: Usage) -> String {
@@ -119,9 +119,16 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     s.check_open()?;
     let st = s.clone();
-    let v =
-        off_thread(move || validation::completion(&r, &st.tokenizer, &st.limits, &st.model_name))
-            .await?;
+    let v = off_thread(move || {
+        validation::completion(
+            &r,
+            &st.tokenizer,
+            st.grammars.as_deref(),
+            &st.limits,
+            &st.model_name,
+        )
+    })
+    .await?;
     let streams = run::submit(&s.engine, v.requests.clone())?;
     let mut base = CompletionResponse {
         id: request_id("cmpl"),

@@ -138,10 +138,10 @@ pub fn request_id(prefix: &str) -> String {
 pub trait ChunkMaker: Send + 'static {
     /// Chunks sent before any token (chat's role chunk, echoed prompts).
     fn start(&mut self) -> Vec<String>;
-    /// The chunk for a token of choice `index`, if any.
-    fn token(&mut self, index: usize, t: &TokenEvent) -> Option<String>;
-    /// The chunk closing choice `index`.
-    fn done(&mut self, index: usize, f: &Finish) -> String;
+    /// The chunks for a token of choice `index` (often one, possibly none).
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String>;
+    /// The chunks closing choice `index` (the last one carries the finish reason).
+    fn done(&mut self, index: usize, f: &Finish) -> Vec<String>;
     /// The usage chunk.
     fn usage(&mut self, u: Usage) -> String;
 }
@@ -182,12 +182,12 @@ pub fn sse<M: ChunkMaker>(
                     _ = &mut shutdown => Some((0, Event::Error(EngineError::ShuttingDown))),
                     next = merged.next() => next,
                 };
-                let chunk = match next {
+                let chunks = match next {
                     Some((i, Event::Token(t))) => maker.token(i, &t),
                     Some((i, Event::Done(f))) => {
                         let c = maker.done(i, &f);
                         finishes.push((i, f));
-                        Some(c)
+                        c
                     }
                     Some((_, Event::Error(e))) => {
                         let body = ApiError::from(e).body().to_string();
@@ -200,10 +200,10 @@ pub fn sse<M: ChunkMaker>(
                         return;
                     }
                 };
-                if let Some(c) = chunk
-                    && tx.send(SseEvent::default().data(c)).await.is_err()
-                {
-                    return;
+                for c in chunks {
+                    if tx.send(SseEvent::default().data(c)).await.is_err() {
+                        return;
+                    }
                 }
             }
             log_summary(&finishes, n);

@@ -8,12 +8,33 @@ use super::TokenizerError;
 use crate::gguf::GgufFile;
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`...
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls, in Hugging Face templates' form: `{id, type: "function",
+    /// function: {name, arguments}}` with `arguments` an object.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// The call a `tool` message answers.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tool_call_id: Option<String>,
+    /// The function a `tool` message comes from.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    /// A plain text message.
+    pub fn text(role: &str, content: &str) -> Self {
+        Self {
+            role: role.to_string(),
+            content: content.to_string(),
+            ..Self::default()
+        }
+    }
 }
 
 /// A compiled chat template with the special tokens it may refer to.
@@ -21,6 +42,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// The template text (what tool-call format the model was taught is read from it).
+    pub source: String,
 }
 
 /// Gemma 3's template (from its `tokenizer_config.json`): a system message is folded into
@@ -86,17 +109,37 @@ impl ChatTemplate {
         );
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TokenizerError::TemplateSyntax(e.to_string()))?;
-        Ok(Self { env, bos, eos })
+        Ok(Self {
+            env,
+            bos,
+            eos,
+            source: source.to_string(),
+        })
+    }
+
+    /// Whether the template renders a `tools` list itself.
+    pub fn takes_tools(&self) -> bool {
+        self.source.contains("tools")
     }
 
     /// The conversation as prompt text, ending with the assistant's generation prompt.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+        self.render_with_tools(messages, None)
+    }
+
+    /// As `render`, with the function definitions in the template's `tools` variable.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+    ) -> Result<String, TokenizerError> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
         tmpl.render(context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => true,
             bos_token => self.bos,
             eos_token => self.eos,

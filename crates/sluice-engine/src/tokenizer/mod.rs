@@ -1,6 +1,7 @@
 //! Tokenisation (built from the GGUF vocabulary or a `tokenizer.json`), the chat template
 //! and UTF-8-safe incremental detokenisation.
 
+mod bytes;
 mod chat;
 mod gguf_vocab;
 mod incremental;

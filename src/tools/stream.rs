@@ -1,0 +1,234 @@
+//! Tool calls out of a streamed answer: content is passed on as it comes, except text
+//! that may be the start of a call marker, which waits until it is known; each call is
+//! sent when it is complete, in OpenAI's delta shape (index, id and name first, then the
+//! arguments).
+
+use super::ToolFormat;
+use super::parse::{ParsedCall, hermes_call, opener, parse};
+
+/// What one piece of output turns into.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Piece {
+    /// Content to send now.
+    pub content: String,
+    /// Calls completed now, with their index in the message.
+    pub calls: Vec<(usize, ParsedCall)>,
+}
+
+/// The per-choice state of a streamed answer with tools.
+pub struct ToolStream {
+    format: ToolFormat,
+    /// Text received and not yet sent or parsed.
+    held: String,
+    /// Inside a call (after its opening marker), or, for whole-answer formats, collecting
+    /// the answer as calls.
+    in_call: bool,
+    /// Nothing but whitespace has been sent yet.
+    at_start: bool,
+    calls: usize,
+}
+
+/// Length of the longest suffix of `s` that is a proper prefix of `marker`.
+fn partial_suffix(s: &str, marker: &str) -> usize {
+    (1..marker.len().min(s.len() + 1))
+        .rev()
+        .find(|&k| s.is_char_boundary(s.len() - k) && marker.starts_with(&s[s.len() - k..]))
+        .unwrap_or(0)
+}
+
+impl ToolStream {
+    /// A stream of answers in `format`.
+    pub fn new(format: ToolFormat) -> Self {
+        Self {
+            format,
+            held: String::new(),
+            in_call: false,
+            at_start: true,
+            calls: 0,
+        }
+    }
+
+    /// Calls sent so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    fn number(&mut self, calls: Vec<ParsedCall>) -> Vec<(usize, ParsedCall)> {
+        calls
+            .into_iter()
+            .map(|c| {
+                self.calls += 1;
+                (self.calls - 1, c)
+            })
+            .collect()
+    }
+
+    /// Takes the next piece of text.
+    pub fn push(&mut self, text: &str) -> Piece {
+        self.held.push_str(text);
+        let mut out = Piece::default();
+        loop {
+            if self.in_call {
+                if self.format != ToolFormat::Hermes {
+                    // Llama 3 and Mistral calls run to the end of the answer.
+                    return out;
+                }
+                let Some(end) = self.held.find("</tool_call>") else {
+                    return out;
+                };
+                let body = self.held[..end].to_string();
+                self.held.drain(..end + "</tool_call>".len());
+                self.in_call = false;
+                match hermes_call(&body) {
+                    Some(c) => out.calls.extend(self.number(vec![c])),
+                    // Not a call after all: its text is content.
+                    None => out
+                        .content
+                        .push_str(&format!("<tool_call>{body}</tool_call>")),
+                }
+                continue;
+            }
+            let marker = opener(self.format);
+            let trimmed = self.held.trim_start();
+            let whole_answer = self.format == ToolFormat::Llama3 && self.at_start;
+            if whole_answer && (trimmed.starts_with('{') || trimmed.starts_with(marker)) {
+                self.in_call = true;
+                continue;
+            }
+            if let Some(at) = self.held.find(marker) {
+                let before: String = self.held.drain(..at).collect();
+                self.send(&mut out, &before);
+                if self.format == ToolFormat::Hermes {
+                    self.held.drain(..marker.len());
+                }
+                self.in_call = true;
+                continue;
+            }
+            // Hold back what may still become a marker (or, at the start of a Llama 3
+            // answer, whitespace that may precede a call).
+            let keep = if whole_answer && trimmed.is_empty() {
+                self.held.len()
+            } else {
+                partial_suffix(&self.held, marker)
+            };
+            let send: String = self.held.drain(..self.held.len() - keep).collect();
+            self.send(&mut out, &send);
+            return out;
+        }
+    }
+
+    fn send(&mut self, out: &mut Piece, text: &str) {
+        // Whitespace between calls is dropped; content before any call is kept as is.
+        if self.calls > 0 && text.trim().is_empty() {
+            return;
+        }
+        if !text.trim().is_empty() {
+            self.at_start = false;
+        }
+        out.content.push_str(text);
+    }
+
+    /// The end of the answer: what is still held, as content or calls.
+    pub fn finish(&mut self) -> Piece {
+        let held = std::mem::take(&mut self.held);
+        let mut out = Piece::default();
+        if !self.in_call {
+            self.send(&mut out, &held);
+            return out;
+        }
+        self.in_call = false;
+        let text = match self.format {
+            ToolFormat::Hermes => format!("<tool_call>{held}"),
+            _ => held,
+        };
+        let p = parse(self.format, &text);
+        if p.calls.is_empty() {
+            out.content = text;
+        } else {
+            out.content = p.content;
+            out.calls = self.number(p.calls);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `text` in pieces of `step` characters; returns the content and the calls.
+    fn run(format: ToolFormat, text: &str, step: usize) -> (String, Vec<(usize, ParsedCall)>) {
+        let mut s = ToolStream::new(format);
+        let chars: Vec<char> = text.chars().collect();
+        let (mut content, mut calls) = (String::new(), Vec::new());
+        for piece in chars.chunks(step) {
+            let p = s.push(&piece.iter().collect::<String>());
+            content.push_str(&p.content);
+            calls.extend(p.calls);
+        }
+        let p = s.finish();
+        content.push_str(&p.content);
+        calls.extend(p.calls);
+        (content, calls)
+    }
+
+    #[test]
+    fn streamed_equals_whole_for_every_split() {
+        let texts = [
+            (
+                ToolFormat::Hermes,
+                "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n\
+                 <tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
+            ),
+            (ToolFormat::Hermes, "No call here, just <tool text."),
+            (
+                ToolFormat::Hermes,
+                "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\
+                 <tool_call>\n{\"name\": \"a\", \"argu",
+            ),
+            (
+                ToolFormat::Llama3,
+                "  {\"name\": \"a\", \"parameters\": {\"x\": \"y\"}}",
+            ),
+            (ToolFormat::Llama3, "Plain {answer}."),
+            (
+                ToolFormat::Mistral,
+                "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"k\": true}}]",
+            ),
+        ];
+        for (f, t) in texts {
+            let whole = parse(f, t);
+            for step in [1, 2, 3, 7, 1000] {
+                let (content, calls) = run(f, t, step);
+                let calls: Vec<ParsedCall> = calls.into_iter().map(|(_, c)| c).collect();
+                assert_eq!(calls, whole.calls, "{f:?} step {step}: {t}");
+                assert_eq!(
+                    content.trim(),
+                    whole.content.trim(),
+                    "{f:?} step {step}: {t}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn content_before_a_call_is_not_held_longer_than_needed() {
+        let mut s = ToolStream::new(ToolFormat::Hermes);
+        assert_eq!(s.push("Hello <").content, "Hello ");
+        assert_eq!(s.push("b>").content, "<b>");
+    }
+
+    #[test]
+    fn calls_are_numbered_in_order() {
+        let t = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\
+                 <tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
+        let (_, calls) = run(ToolFormat::Hermes, t, 5);
+        assert_eq!(
+            calls
+                .iter()
+                .map(|(i, c)| (*i, c.name.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(0, "a"), (1, "b")]
+        );
+    }
+}
