@@ -50,14 +50,14 @@ fn prompt(tok: &Tokenizer, run: usize, i: usize) -> Vec<u32> {
     tok.encode(&text).expect("encode")
 }
 
-/// Aggregate tokens/s of `n` concurrent requests.
+/// Aggregate tokens/s of `n` concurrent requests, and their mean length.
 async fn run(
     eng: &EngineHandle,
     tok: &Tokenizer,
     n: usize,
     run: usize,
     g: Option<&Grammars>,
-) -> f64 {
+) -> (f64, f64) {
     let c = g.map(|g| {
         g.compile(&GrammarSpec::JsonSchema(schema()))
             .expect("schema compiles")

@@ -254,3 +254,26 @@ def test_sdk_stream_helper_assembles_tool_calls(client, model):
     check_calls(calls)
     assert [(c.function.name, c.function.arguments) for c in calls] == \
         [(c.function.name, c.function.arguments) for c in whole]
+
+
+def literal(text):
+    """`text` as a regex (metacharacters escaped; Rust's regex refuses Python's `\\ `)."""
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
+
+
+def test_logprobs_stay_those_of_the_raw_distribution(client, model):
+    """A mask changes what may be chosen, not the reported log-probabilities."""
+    prompt = "The capital of France is"
+    free = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, logprobs=3)
+    first = free.choices[0].logprobs.tokens[0]
+    held = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, logprobs=3,
+                                     extra_body={"guided_regex": literal(first) + "[a-z]*"})
+    assert held.choices[0].logprobs.tokens == [first]
+    assert held.choices[0].logprobs.token_logprobs == pytest.approx(free.choices[0].logprobs.token_logprobs)
+    assert held.choices[0].logprobs.top_logprobs == free.choices[0].logprobs.top_logprobs
+    # A second-best token forced by the grammar keeps its raw (lower) log-probability.
+    alts = sorted(free.choices[0].logprobs.top_logprobs[0].items(), key=lambda kv: -kv[1])
+    second, lp = alts[1]
+    forced = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, logprobs=3,
+                                       extra_body={"guided_choice": [second]})
+    assert forced.choices[0].logprobs.token_logprobs[0] == pytest.approx(lp, abs=1e-4)
