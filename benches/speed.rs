@@ -5,7 +5,7 @@
 //!   request at a time through the engine, as llama-bench's pp512 and tg128);
 //! - for 1, 8 and 32 concurrent requests (128-token prompts, 128 new tokens) through the
 //!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
-//!   and the prefill padding ratio.
+//!   and the prefill padding ratio; at 32, greedy and sampled (temperature 0.8, top-p 0.95).
 //!
 //! Then, when llama.cpp is built (`scripts/build-llama-cpp`, or `LLAMA_CPP_BIN`), the
 //! same four figures from `llama-bench` and `llama-batched-bench` on the same file, and a
@@ -76,13 +76,18 @@ fn runtime(eng: &EngineHandle, tok: &Tokenizer) -> (f64, f64) {
     (prefill, decode)
 }
 
-async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
+async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool) -> f64 {
     let (p0, pad0) = eng.prefill_token_counts();
     let start = Instant::now();
     let streams: Vec<_> = (0..n)
         .map(|i| {
             let mut r = ValidRequest::greedy(prompt(tok, 128, i), 128);
             r.stop_ids.clear();
+            if sampled {
+                r.params.temperature = 0.8;
+                r.params.top_p = 0.95;
+                r.params.seed = i as u64;
+            }
             eng.submit(r).expect("submit")
         })
         .collect();
@@ -112,8 +117,9 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize) -> f64 {
     let max_ttft = ttfts.iter().max().unwrap();
     let (p1, pad1) = eng.prefill_token_counts();
     let padding = (pad1 - pad0) as f64 / ((p1 - p0) + (pad1 - pad0)).max(1) as f64;
+    let kind = if sampled { "sampled" } else { "greedy" };
     println!(
-        "engine {n:>2} concurrent: decode {agg:7.1} tok/s aggregate, TTFT mean {:6.0} ms max {:6.0} ms, wall {:5.1} s, padding {:.1}%",
+        "engine {n:>2} concurrent, {kind:>7}: decode {agg:7.1} tok/s aggregate, TTFT mean {:6.0} ms max {:6.0} ms, wall {:5.1} s, padding {:.1}%",
         mean_ttft.as_secs_f64() * 1e3,
         max_ttft.as_secs_f64() * 1e3,
         wall.as_secs_f64(),
@@ -152,7 +158,11 @@ fn sluice(path: &std::path::Path) -> peer::Figures {
         ..Default::default()
     };
     for n in levels {
-        let agg = rt.block_on(engine_row(&eng, &tok, n));
+        let agg = rt.block_on(engine_row(&eng, &tok, n, false));
+        if n == 32 {
+            // Temperature 0.8, top-p 0.95: what most traffic sends.
+            f.sampled32 = rt.block_on(engine_row(&eng, &tok, n, true));
+        }
         match n {
             8 => f.streams8 = agg,
             32 => f.streams32 = agg,
@@ -203,6 +213,11 @@ fn main() {
                 "decode, 32 streams (aggregate)",
                 ours.streams32,
                 theirs.map(|t| t.streams32),
+            ),
+            (
+                "decode, 32 streams sampled (aggregate)",
+                ours.sampled32,
+                None,
             ),
         ];
         for (name, us, them) in rows {

@@ -13,6 +13,9 @@ pub struct Figures {
     pub decode: f64,
     pub streams8: f64,
     pub streams32: f64,
+    /// 32 streams sampling at temperature 0.8, top-p 0.95 (sluice only: llama-batched-bench
+    /// decodes greedily).
+    pub sampled32: f64,
 }
 
 /// The directory of llama.cpp's binaries: `LLAMA_CPP_BIN`, else where

@@ -38,6 +38,8 @@ impl ToolFormat {
     /// The format a chat template teaches (Hermes when it shows none).
     pub fn of_template(source: Option<&str>) -> Self {
         match source {
+            // Hermes first: Hermes 2 Pro / 3 templates also show `"parameters": `.
+            Some(s) if s.contains("<tool_call>") => Self::Hermes,
             Some(s) if s.contains("[TOOL_CALLS]") => Self::Mistral,
             Some(s) if s.contains("<|python_tag|>") || s.contains("\"parameters\": ") => {
                 Self::Llama3
@@ -56,7 +58,18 @@ impl ToolFormat {
 
     /// One call as the model writes it.
     pub fn write_call(self, name: &str, arguments: &Value) -> String {
-        let body = json!({"name": name, self.arguments_key(): arguments});
+        self.write_call_text(
+            &serde_json::to_string(name).expect("a string serialises"),
+            &arguments.to_string(),
+        )
+    }
+
+    /// As `write_call`, from the JSON texts of the name and the arguments.
+    fn write_call_text(self, name: &str, arguments: &str) -> String {
+        let body = format!(
+            "{{\"name\": {name}, \"{}\": {arguments}}}",
+            self.arguments_key()
+        );
         match self {
             Self::Hermes => format!("<tool_call>\n{body}\n</tool_call>"),
             Self::Llama3 => body.to_string(),
@@ -80,7 +93,7 @@ pub fn default_system_block(tools: &[Tool], format: ToolFormat) -> String {
         "You can call functions. To call one, answer with the call and nothing else, in \
          this form:\n",
     );
-    s.push_str(&format.write_call("<function-name>", &json!("<arguments-object>")));
+    s.push_str(&format.write_call_text("\"<function-name>\"", "{<arguments as a JSON object>}"));
     s.push_str("\n\nThe functions:\n");
     for t in template_tools(tools) {
         s.push_str(&t.to_string());
@@ -109,12 +122,24 @@ fn call_schema(t: &Tool, format: ToolFormat) -> Value {
 
 /// The grammar of the output when a call is required: one call (or several, if
 /// `parallel`) to one of `tools`, in `format`.
-pub fn call_grammar(tools: &[&Tool], format: ToolFormat, parallel: bool) -> GrammarSpec {
+///
+/// `marker` is the id of the format's marker when the vocabulary has it as one (control)
+/// token: Mistral's `[TOOL_CALLS]` is then required as that token, as the model writes it.
+pub fn call_grammar(
+    tools: &[&Tool],
+    format: ToolFormat,
+    parallel: bool,
+    marker: Option<u32>,
+) -> GrammarSpec {
     let schema = match tools {
         [one] => call_schema(one, format),
         many => json!({"anyOf": many.iter().map(|t| call_schema(t, format)).collect::<Vec<_>>()}),
     };
     let body = format!("%json {}", json_layout(schema));
+    let tag = match marker {
+        Some(id) => format!("<[{id}]>"),
+        None => "\"[TOOL_CALLS]\"".to_string(),
+    };
     let lark = match (format, parallel) {
         (ToolFormat::Hermes, false) => {
             format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: {body}")
@@ -125,11 +150,9 @@ pub fn call_grammar(tools: &[&Tool], format: ToolFormat, parallel: bool) -> Gram
         ),
         (ToolFormat::Llama3, false) => format!("start: call\ncall: {body}"),
         (ToolFormat::Llama3, true) => format!("start: call (\"; \" call)*\ncall: {body}"),
-        (ToolFormat::Mistral, false) => {
-            format!("start: \"[TOOL_CALLS][\" call \"]\"\ncall: {body}")
-        }
+        (ToolFormat::Mistral, false) => format!("start: {tag} \"[\" call \"]\"\ncall: {body}"),
         (ToolFormat::Mistral, true) => {
-            format!("start: \"[TOOL_CALLS][\" call (\", \" call)* \"]\"\ncall: {body}")
+            format!("start: {tag} \"[\" call (\", \" call)* \"]\"\ncall: {body}")
         }
     };
     GrammarSpec::Lark(lark)

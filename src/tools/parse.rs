@@ -28,15 +28,15 @@ const HERMES_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
 const MISTRAL_TAG: &str = "[TOOL_CALLS]";
 
-/// One call object (`{"name": ..., "arguments"|"parameters": {...}}`).
-pub(super) fn call_of(v: &Value) -> Option<ParsedCall> {
+/// One call object (`{"name": ..., "arguments"|"parameters": {...}}`) to one of `names`
+/// (any name when `names` is empty).
+pub(super) fn call_of(v: &Value, names: &[String]) -> Option<ParsedCall> {
     let o = v.as_object()?;
     let name = o.get("name")?.as_str()?.to_string();
-    let args = o
-        .get("arguments")
-        .or_else(|| o.get("parameters"))
-        .cloned()
-        .unwrap_or(Value::Object(Default::default()));
+    if !names.is_empty() && !names.contains(&name) {
+        return None;
+    }
+    let args = o.get("arguments").or_else(|| o.get("parameters"))?.clone();
     // Some models write the arguments as a JSON string.
     let args = match args {
         Value::String(s) => serde_json::from_str(&s).ok()?,
@@ -49,12 +49,13 @@ pub(super) fn call_of(v: &Value) -> Option<ParsedCall> {
 }
 
 /// The body of one Hermes call.
-pub(super) fn hermes_call(body: &str) -> Option<ParsedCall> {
-    call_of(&serde_json::from_str(body.trim()).ok()?)
+pub(super) fn hermes_call(body: &str, names: &[String]) -> Option<ParsedCall> {
+    call_of(&serde_json::from_str(body.trim()).ok()?, names)
 }
 
-/// Calls in `text` written in `format`.
-pub fn parse(format: ToolFormat, text: &str) -> Parsed {
+/// Calls in `text` written in `format`, to the functions `names` (a call to another name
+/// is not a call).
+pub fn parse(format: ToolFormat, text: &str, names: &[String]) -> Parsed {
     let plain = || Parsed {
         content: text.to_string(),
         calls: Vec::new(),
@@ -71,16 +72,18 @@ pub fn parse(format: ToolFormat, text: &str) -> Parsed {
                     Some(end) => (&after[..end], &after[end + HERMES_CLOSE.len()..], true),
                     None => (after, "", false),
                 };
-                match hermes_call(body) {
+                match hermes_call(body, names) {
                     Some(c) => calls.push(c),
-                    // A last call cut short (by `max_tokens`) stays text; the complete
-                    // ones before it are kept.
-                    None if !closed && !calls.is_empty() => {
+                    // A malformed call, or a last one cut short (by `max_tokens`), stays
+                    // text; the well-formed ones are kept.
+                    None if closed => {
+                        content.push_str(&format!("{HERMES_OPEN}{body}{HERMES_CLOSE}"))
+                    }
+                    None => {
                         content.push_str(&rest[at..]);
                         rest = "";
                         break;
                     }
-                    None => return plain(),
                 }
                 rest = next;
             }
@@ -107,8 +110,7 @@ pub fn parse(format: ToolFormat, text: &str) -> Parsed {
                 match values
                     .next()
                     .and_then(|v| v.ok())
-                    .as_ref()
-                    .and_then(call_of)
+                    .and_then(|v| call_of(&v, names))
                 {
                     Some(c) => calls.push(c),
                     None => return plain(),
@@ -128,7 +130,10 @@ pub fn parse(format: ToolFormat, text: &str) -> Parsed {
             let list: Option<Vec<ParsedCall>> =
                 serde_json::from_str::<Value>(text[at + MISTRAL_TAG.len()..].trim())
                     .ok()
-                    .and_then(|v| v.as_array().map(|a| a.iter().map(call_of).collect()))
+                    .and_then(|v| {
+                        v.as_array()
+                            .map(|a| a.iter().map(|c| call_of(c, names)).collect())
+                    })
                     .flatten();
             match list {
                 Some(calls) if !calls.is_empty() => Parsed {
@@ -169,7 +174,7 @@ mod tests {
         let t = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \
                  {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \
                  \"arguments\": {}}\n</tool_call>";
-        let p = parse(ToolFormat::Hermes, t);
+        let p = parse(ToolFormat::Hermes, t, &[]);
         assert_eq!(p.content, "Let me check.");
         assert_eq!(
             p.calls,
@@ -184,7 +189,7 @@ mod tests {
     fn hermes_unclosed_last_call_and_string_arguments() {
         let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}";
         assert_eq!(
-            parse(ToolFormat::Hermes, t).calls,
+            parse(ToolFormat::Hermes, t, &[]).calls,
             vec![call("f", r#"{"x":1}"#)]
         );
     }
@@ -193,7 +198,7 @@ mod tests {
     fn a_cut_short_last_call_is_content_after_the_complete_ones() {
         let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n\
                  <tool_call>\n{\"name\": \"f\", \"argu";
-        let p = parse(ToolFormat::Hermes, t);
+        let p = parse(ToolFormat::Hermes, t, &[]);
         assert_eq!(p.calls, vec![call("f", "{}")]);
         assert_eq!(p.content, "<tool_call>\n{\"name\": \"f\", \"argu");
     }
@@ -209,16 +214,38 @@ mod tests {
             (ToolFormat::Llama3, "{\"name\": 3}"),
             (ToolFormat::Mistral, "[TOOL_CALLS] not json"),
         ] {
-            let p = parse(f, t);
+            let p = parse(f, t, &[]);
             assert!(p.calls.is_empty(), "{t}");
             assert_eq!(p.content, t);
         }
     }
 
     #[test]
+    fn calls_to_unknown_functions_and_plain_json_are_content() {
+        let names = vec!["get_weather".to_string()];
+        let t = "{\"name\": \"Alice\", \"age\": 30}";
+        assert!(parse(ToolFormat::Llama3, t, &names).calls.is_empty());
+        assert!(
+            parse(ToolFormat::Llama3, t, &[]).calls.is_empty(),
+            "no arguments key"
+        );
+        let t = "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>";
+        assert!(parse(ToolFormat::Hermes, t, &names).calls.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_call_between_good_ones_is_content() {
+        let t = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
+                 <tool_call>oops</tool_call>";
+        let p = parse(ToolFormat::Hermes, t, &[]);
+        assert_eq!(p.calls, vec![call("a", "{}")]);
+        assert_eq!(p.content, "<tool_call>oops</tool_call>");
+    }
+
+    #[test]
     fn plain_text_is_content() {
         for f in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral] {
-            let p = parse(f, "The weather is fine.");
+            let p = parse(f, "The weather is fine.", &[]);
             assert_eq!(p.content, "The weather is fine.");
             assert!(p.calls.is_empty());
         }
@@ -228,13 +255,13 @@ mod tests {
     fn llama3_json_and_python_tag() {
         let t = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
         assert_eq!(
-            parse(ToolFormat::Llama3, t).calls,
+            parse(ToolFormat::Llama3, t, &[]).calls,
             vec![call("get_weather", r#"{"city":"Rome"}"#)]
         );
         let t = "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \
                  \"parameters\": {\"k\": [1, 2]}}";
         assert_eq!(
-            parse(ToolFormat::Llama3, t).calls,
+            parse(ToolFormat::Llama3, t, &[]).calls,
             vec![call("a", "{}"), call("b", r#"{"k":[1,2]}"#)]
         );
     }
@@ -244,7 +271,7 @@ mod tests {
         let t = "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \
                  \"Oslo\"}}, {\"name\": \"f\", \"arguments\": {}}]";
         assert_eq!(
-            parse(ToolFormat::Mistral, t).calls,
+            parse(ToolFormat::Mistral, t, &[]).calls,
             vec![call("get_weather", r#"{"city":"Oslo"}"#), call("f", "{}")]
         );
     }
@@ -253,7 +280,7 @@ mod tests {
     fn written_calls_parse_back() {
         let args = serde_json::json!({"q": "a \"quoted\" word", "n": [1, 2]});
         for f in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral] {
-            let p = parse(f, &f.write_call("search", &args));
+            let p = parse(f, &f.write_call("search", &args), &[]);
             assert_eq!(p.calls, vec![call("search", &args.to_string())], "{f:?}");
         }
     }

@@ -18,6 +18,10 @@ pub struct Piece {
 /// The per-choice state of a streamed answer with tools.
 pub struct ToolStream {
     format: ToolFormat,
+    /// The functions that may be called.
+    names: Vec<String>,
+    /// Whitespace after a call, sent only if content follows.
+    pending: String,
     /// Text received and not yet sent or parsed.
     held: String,
     /// Inside a call (after its opening marker), or, for whole-answer formats, collecting
@@ -38,9 +42,11 @@ fn partial_suffix(s: &str, marker: &str) -> usize {
 
 impl ToolStream {
     /// A stream of answers in `format`.
-    pub fn new(format: ToolFormat) -> Self {
+    pub fn new(format: ToolFormat, names: Vec<String>) -> Self {
         Self {
             format,
+            names,
+            pending: String::new(),
             held: String::new(),
             in_call: false,
             at_start: true,
@@ -79,7 +85,7 @@ impl ToolStream {
                 let body = self.held[..end].to_string();
                 self.held.drain(..end + "</tool_call>".len());
                 self.in_call = false;
-                match hermes_call(&body) {
+                match hermes_call(&body, &self.names) {
                     Some(c) => out.calls.extend(self.number(vec![c])),
                     // Not a call after all: its text is content.
                     None => out
@@ -90,27 +96,36 @@ impl ToolStream {
             }
             let marker = opener(self.format);
             let trimmed = self.held.trim_start();
-            let whole_answer = self.format == ToolFormat::Llama3 && self.at_start;
-            if whole_answer && (trimmed.starts_with('{') || trimmed.starts_with(marker)) {
-                self.in_call = true;
-                continue;
+            if self.format == ToolFormat::Llama3 {
+                // A Llama 3 answer is calls only if it starts with one.
+                if !self.at_start {
+                    let all = std::mem::take(&mut self.held);
+                    self.send(&mut out, &all);
+                    return out;
+                }
+                if trimmed.starts_with('{') || trimmed.starts_with(marker) {
+                    self.in_call = true;
+                    continue;
+                }
+                if !marker.starts_with(trimmed) {
+                    let all = std::mem::take(&mut self.held);
+                    self.send(&mut out, &all);
+                }
+                // Else hold: whitespace, or the start of the marker.
+                return out;
             }
             if let Some(at) = self.held.find(marker) {
                 let before: String = self.held.drain(..at).collect();
                 self.send(&mut out, &before);
+                self.pending.clear();
                 if self.format == ToolFormat::Hermes {
                     self.held.drain(..marker.len());
                 }
                 self.in_call = true;
                 continue;
             }
-            // Hold back what may still become a marker (or, at the start of a Llama 3
-            // answer, whitespace that may precede a call).
-            let keep = if whole_answer && trimmed.is_empty() {
-                self.held.len()
-            } else {
-                partial_suffix(&self.held, marker)
-            };
+            // Hold back what may still become a marker.
+            let keep = partial_suffix(&self.held, marker);
             let send: String = self.held.drain(..self.held.len() - keep).collect();
             self.send(&mut out, &send);
             return out;
@@ -118,13 +133,16 @@ impl ToolStream {
     }
 
     fn send(&mut self, out: &mut Piece, text: &str) {
-        // Whitespace between calls is dropped; content before any call is kept as is.
+        // Whitespace after a call waits: it is dropped if another call follows, sent if
+        // content does. Content before any call is sent as is.
         if self.calls > 0 && text.trim().is_empty() {
+            self.pending.push_str(text);
             return;
         }
         if !text.trim().is_empty() {
             self.at_start = false;
         }
+        out.content.push_str(&std::mem::take(&mut self.pending));
         out.content.push_str(text);
     }
 
@@ -141,7 +159,7 @@ impl ToolStream {
             ToolFormat::Hermes => format!("<tool_call>{held}"),
             _ => held,
         };
-        let p = parse(self.format, &text);
+        let p = parse(self.format, &text, &self.names);
         if p.calls.is_empty() {
             out.content = text;
         } else {
@@ -158,7 +176,7 @@ mod tests {
 
     /// Feeds `text` in pieces of `step` characters; returns the content and the calls.
     fn run(format: ToolFormat, text: &str, step: usize) -> (String, Vec<(usize, ParsedCall)>) {
-        let mut s = ToolStream::new(format);
+        let mut s = ToolStream::new(format, Vec::new());
         let chars: Vec<char> = text.chars().collect();
         let (mut content, mut calls) = (String::new(), Vec::new());
         for piece in chars.chunks(step) {
@@ -192,12 +210,21 @@ mod tests {
             ),
             (ToolFormat::Llama3, "Plain {answer}."),
             (
+                ToolFormat::Llama3,
+                "Sure. <|python_tag|>{\"name\": \"f\", \"parameters\": {}}",
+            ),
+            (
+                ToolFormat::Hermes,
+                "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
+                 <tool_call>oops</tool_call>\nPara one.\n\nPara two.",
+            ),
+            (
                 ToolFormat::Mistral,
                 "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"k\": true}}]",
             ),
         ];
         for (f, t) in texts {
-            let whole = parse(f, t);
+            let whole = parse(f, t, &[]);
             for step in [1, 2, 3, 7, 1000] {
                 let (content, calls) = run(f, t, step);
                 let calls: Vec<ParsedCall> = calls.into_iter().map(|(_, c)| c).collect();
@@ -213,7 +240,7 @@ mod tests {
 
     #[test]
     fn content_before_a_call_is_not_held_longer_than_needed() {
-        let mut s = ToolStream::new(ToolFormat::Hermes);
+        let mut s = ToolStream::new(ToolFormat::Hermes, Vec::new());
         assert_eq!(s.push("Hello <").content, "Hello ");
         assert_eq!(s.push("b>").content, "<b>");
     }

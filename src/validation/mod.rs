@@ -116,6 +116,10 @@ pub struct Validated {
     pub echo: bool,
     /// The format to read tool calls in, when the request has active tools.
     pub tool_format: Option<crate::tools::ToolFormat>,
+    /// The functions that may be called.
+    pub tool_names: Vec<String>,
+    /// Whether more than one call may be returned (`parallel_tool_calls`).
+    pub tool_parallel: bool,
 }
 
 /// Checks the `model` field against the served name.
@@ -183,6 +187,7 @@ pub fn completion(
         ));
     }
     let constraint = structured::constraint(&r.common, grammars)?;
+    structured::compatible(&r.common, constraint.is_some())?;
     let (mut requests, n) = build(
         &r.common,
         prompts,
@@ -207,6 +212,8 @@ pub fn completion(
             .is_some_and(|o| o.include_usage),
         echo: r.echo,
         tool_format: None,
+        tool_names: Vec::new(),
+        tool_parallel: true,
     })
 }
 
@@ -291,6 +298,14 @@ pub fn chat(
         }
         common.max_tokens = Some(m);
     }
+    if plan.format.is_some()
+        && let Some(field) = structured::field(&common)?
+    {
+        return Err(ValidationError::invalid(
+            field,
+            format!("`{field}` cannot be combined with tools; use `tool_choice: none`"),
+        ));
+    }
     let constraint = match (structured::constraint(&common, grammars)?, plan.constraint) {
         (Some(_), Some(_)) => {
             return Err(ValidationError::invalid(
@@ -300,6 +315,7 @@ pub fn chat(
         }
         (a, b) => a.or(b),
     };
+    structured::compatible(&common, constraint.is_some())?;
     let (mut requests, n) = build(&common, vec![prompt], None, logprobs, "chat", tok, limits)?;
     for q in &mut requests {
         q.constraint = constraint.clone();
@@ -315,5 +331,12 @@ pub fn chat(
             .is_some_and(|o| o.include_usage),
         echo: false,
         tool_format: plan.format,
+        tool_names: r
+            .tools
+            .iter()
+            .flatten()
+            .map(|t| t.function.name.clone())
+            .collect(),
+        tool_parallel: r.parallel_tool_calls.unwrap_or(true),
     })
 }

@@ -117,3 +117,30 @@ pub(super) fn constraint(
         .map(Some)
         .map_err(|e| ValidationError::invalid(param, format!("invalid `{param}`: {e}")))
 }
+
+/// The field that asks for an output constraint, if any.
+pub(super) fn field(c: &CommonParams) -> Result<Option<&'static str>, ValidationError> {
+    Ok(specs(c)?.first().map(|(p, _)| *p))
+}
+
+/// Fields a grammar cannot honour: it ends the answer itself, with an end token.
+pub(super) fn compatible(c: &CommonParams, constrained: bool) -> Result<(), ValidationError> {
+    if !constrained {
+        return Ok(());
+    }
+    if c.ignore_eos {
+        return Err(ValidationError::invalid(
+            "ignore_eos",
+            "`ignore_eos` cannot be combined with an output constraint: a finished grammar \
+             allows only the end token",
+        ));
+    }
+    if c.min_tokens.is_some_and(|m| m > 0) {
+        return Err(ValidationError::invalid(
+            "min_tokens",
+            "`min_tokens` cannot be combined with an output constraint: the grammar decides \
+             where the answer ends",
+        ));
+    }
+    Ok(())
+}

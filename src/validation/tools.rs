@@ -68,38 +68,11 @@ pub(super) fn history(
     Ok(())
 }
 
-/// The conversation for a template that has no `tools` variable: the tools described in
-/// the system message, earlier calls written as the model writes them, and tool answers
-/// as user turns.
-fn without_template_tools(msgs: &[ChatMessage], tools: &[Tool], f: ToolFormat) -> Vec<ChatMessage> {
-    let block = default_system_block(tools, f);
+/// The history for a template that has no `tools` variable: earlier calls written as the
+/// model writes them, and tool answers as user turns (consecutive ones merged).
+fn history_as_text(msgs: &[ChatMessage], f: ToolFormat) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::new();
-    let rest = match msgs.first() {
-        Some(m) if m.role == "system" => {
-            out.push(ChatMessage::text(
-                "system",
-                &format!("{}\n\n{block}", m.content),
-            ));
-            &msgs[1..]
-        }
-        _ => {
-            out.push(ChatMessage::text("system", &block));
-            msgs
-        }
-    };
-    for m in rest {
-        let mut content = m.content.clone();
-        for c in m.tool_calls.iter().flatten() {
-            let call = f.write_call(
-                c["function"]["name"].as_str().unwrap_or_default(),
-                &c["function"]["arguments"],
-            );
-            content = if content.is_empty() {
-                call
-            } else {
-                format!("{content}\n{call}")
-            };
-        }
+    for m in msgs {
         if m.role == "tool" {
             let answer = format!("<tool_response>\n{}\n</tool_response>", m.content);
             match out.last_mut() {
@@ -112,7 +85,30 @@ fn without_template_tools(msgs: &[ChatMessage], tools: &[Tool], f: ToolFormat) -
             }
             continue;
         }
+        let mut content = m.content.clone();
+        for c in m.tool_calls.iter().flatten() {
+            let call = f.write_call(
+                c["function"]["name"].as_str().unwrap_or_default(),
+                &c["function"]["arguments"],
+            );
+            content = if content.is_empty() {
+                call
+            } else {
+                format!("{content}\n{call}")
+            };
+        }
         out.push(ChatMessage::text(&m.role, &content));
+    }
+    out
+}
+
+/// As `history_as_text`, with the tools described in the system message.
+fn without_template_tools(msgs: &[ChatMessage], tools: &[Tool], f: ToolFormat) -> Vec<ChatMessage> {
+    let block = default_system_block(tools, f);
+    let mut out = history_as_text(msgs, f);
+    match out.first_mut() {
+        Some(m) if m.role == "system" => m.content = format!("{}\n\n{block}", m.content),
+        _ => out.insert(0, ChatMessage::text("system", &block)),
     }
     out
 }
@@ -188,14 +184,23 @@ pub(super) fn plan(
         forced.unwrap_or_else(|| ToolFormat::of_template(template.map(|t| t.source.as_str())));
     let template = template.ok_or(sluice_engine::TokenizerError::NoChatTemplate)?;
     let active = choice != "none";
-    let text = if !active {
+    let tool_history = msgs
+        .iter()
+        .any(|m| m.role == "tool" || m.tool_calls.is_some());
+    let text = if !active && (template.takes_tools() || !tool_history) {
         template.render(msgs)?
+    } else if !active {
+        template.render(&history_as_text(msgs, format))?
     } else if template.takes_tools() {
         template.render_with_tools(msgs, Some(&template_tools(tools)))?
     } else {
         template.render(&without_template_tools(msgs, tools, format))?
     };
     let parallel = r.parallel_tool_calls.unwrap_or(true);
+    // Mistral's marker is one control token: the grammar asks for that token.
+    let marker = (format == ToolFormat::Mistral)
+        .then(|| tok.id("[TOOL_CALLS]"))
+        .flatten();
     let required: Vec<&Tool> = match choice.strip_prefix("function:") {
         Some(name) => tools.iter().filter(|t| t.function.name == name).collect(),
         None if choice == "required" => tools.iter().collect(),
@@ -211,7 +216,7 @@ pub(super) fn plan(
                 "tool calls are not available for this model's tokenizer",
             )
         })?;
-        g.compile(&call_grammar(ts, format, par))
+        g.compile(&call_grammar(ts, format, par, marker))
             .map_err(|e| bad("tools", format!("invalid `tools`: {e}")))
     };
     if active {

@@ -116,31 +116,6 @@ def test_too_few_tokens_end_with_length(client, model):
     assert r.usage.completion_tokens == 5
 
 
-@pytest.mark.parametrize("extra,param", [
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}},
-     "response_format"),
-    ({"guided_regex": "(unclosed"}, "guided_regex"),
-    ({"structured_outputs": {"grammar": "start: undefined_rule"}}, "structured_outputs"),
-    ({"guided_choice": []}, "guided_choice"),
-    ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}],
-      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "obj"}}}]}, "tools"),
-    ({"messages": [{"role": "user", "content": "hi"},
-                   {"role": "tool", "tool_call_id": "call_nope", "content": "42"}]}, "messages"),
-])
-def test_bad_constraints_are_400_naming_the_field(base_url, model, extra, param):
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
-    body.update(extra)
-    r = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=30)
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param
-    # The server keeps serving.
-    ok = httpx.post(base_url + "/v1/chat/completions", json={
-        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}, timeout=30)
-    assert ok.status_code == 200
-
-
 WEATHER = {
     "type": "function",
     "function": {
@@ -154,6 +129,35 @@ WEATHER = {
         },
     },
 }
+@pytest.mark.parametrize("extra,param", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}},
+     "response_format"),
+    ({"guided_regex": "(unclosed"}, "guided_regex"),
+    ({"structured_outputs": {"grammar": "start: undefined_rule"}}, "structured_outputs"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "obj"}}}]}, "tools"),
+    ({"messages": [{"role": "user", "content": "hi"},
+                   {"role": "tool", "tool_call_id": "call_nope", "content": "42"}]}, "messages"),
+    ({"guided_choice": ["yes", "no"], "ignore_eos": True}, "ignore_eos"),
+    ({"guided_choice": ["yes", "no"], "min_tokens": 3}, "min_tokens"),
+    ({"tools": [WEATHER], "tool_choice": "required", "min_tokens": 3}, "min_tokens"),
+    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_bad_constraints_are_400_naming_the_field(base_url, model, extra, param):
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    body.update(extra)
+    r = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    # The server keeps serving.
+    ok = httpx.post(base_url + "/v1/chat/completions", json={
+        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}, timeout=30)
+    assert ok.status_code == 200
+
+
 TIME = {
     "type": "function",
     "function": {

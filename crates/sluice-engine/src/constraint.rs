@@ -9,9 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use mistralrs_core::llguidance::api::TopLevelGrammar;
-use mistralrs_core::llguidance::toktrie::{
-    SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv,
-};
+pub(crate) use mistralrs_core::llguidance::toktrie::SimpleVob;
+use mistralrs_core::llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use mistralrs_core::llguidance::{Matcher, ParserFactory, TokenParser};
 
 use crate::tokenizer::Tokenizer;
@@ -130,9 +129,17 @@ impl Grammars {
     /// The compiler for `tok`; its end ids are what a finished grammar allows.
     pub fn new(tok: Arc<Tokenizer>) -> Result<Self, String> {
         let words = tok.token_bytes();
-        let eos = *tok.end_ids.first().ok_or("the model has no end token")?;
+        // End ids outside the vocabulary (a `--tokenizer` file smaller than the model's)
+        // cannot be given to the trie.
+        let ends: Vec<u32> = tok
+            .end_ids
+            .iter()
+            .copied()
+            .filter(|&e| (e as usize) < words.len())
+            .collect();
+        let eos = *ends.first().ok_or("the vocabulary has no end token")?;
         let info = TokRxInfo::new(words.len() as u32, eos);
-        let trie = TokTrie::from(&info, &words).with_eos_tokens(&tok.end_ids);
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(&ends);
         let env: TokEnv = Arc::new(Env { trie, tok });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.quiet();

@@ -192,49 +192,186 @@ pub fn sample_with(
     }
 }
 
+/// Candidates in draw order (logit descending, lower id first on ties), sorted lazily: the
+/// best `m` are selected from the rest and sorted only when the walk reaches them, so a draw
+/// costs a pass over the vocabulary, not a sort of it.
+struct Ranked<'a> {
+    logits: &'a [f32],
+    rest: Vec<usize>,
+    sorted: Vec<usize>,
+}
+
+impl<'a> Ranked<'a> {
+    fn order(logits: &[f32], a: usize, b: usize) -> std::cmp::Ordering {
+        logits[b].total_cmp(&logits[a]).then(a.cmp(&b))
+    }
+
+    /// Candidate `i` in draw order, if there are that many.
+    fn get(&mut self, i: usize) -> Option<usize> {
+        if i >= self.sorted.len() && !self.rest.is_empty() {
+            // Grow geometrically: 64, then 4x what is sorted.
+            let want = (self.sorted.len() * 4).max(64).max(i + 1);
+            let take = (want - self.sorted.len()).min(self.rest.len());
+            let l = self.logits;
+            if take < self.rest.len() {
+                self.rest
+                    .select_nth_unstable_by(take - 1, |a, b| Self::order(l, *a, *b));
+            }
+            let mut chunk: Vec<usize> = self.rest.drain(..take).collect();
+            chunk.sort_by(|a, b| Self::order(l, *a, *b));
+            self.sorted.extend(chunk);
+        }
+        self.sorted.get(i).copied()
+    }
+}
+
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
-/// sampling with `u` in candidate order (best first, ties by index).
+/// sampling with `u` in candidate order (best first, ties by index). The candidates are
+/// walked in that order only as far as the draw needs (docs/ARCHITECTURE.md, "Sampling").
 fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     let t = p.temperature;
-    let k = if p.top_k == 0 { logits.len() } else { p.top_k };
-    let cand = best(logits, k);
-    let max = logits[cand[0]];
-    let mut probs: Vec<f64> = cand
+    let n = logits.len();
+    let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
+    let mut cand: Vec<usize> = (0..n).collect();
+    if k < n {
+        cand.select_nth_unstable_by(k - 1, |a, b| Ranked::order(logits, *a, *b));
+        cand.truncate(k);
+    }
+    let best = *cand
         .iter()
-        .map(|&i| (((logits[i] - max) / t) as f64).exp())
-        .collect();
-    let total: f64 = probs.iter().sum();
-    probs.iter_mut().for_each(|x| *x /= total);
-    let mut keep = probs.len();
+        .min_by(|a, b| Ranked::order(logits, **a, **b))
+        .expect("at least one candidate");
+    let max = logits[best];
+    let weight = |i: usize| (((logits[i] - max) / t) as f64).exp();
+    let total: f64 = cand.iter().map(|&i| weight(i)).sum();
+    let prob = |i: usize| weight(i) / total;
+    let mut ranked = Ranked {
+        logits,
+        rest: cand,
+        sorted: Vec::new(),
+    };
+    // How many of the best candidates are kept, and their probability mass.
+    let mut keep = k;
+    let mut kept_mass = None;
     if p.top_p < 1.0 {
         let mut acc = 0.0;
-        for (i, x) in probs.iter().enumerate() {
-            acc += x;
+        let mut i = 0;
+        while let Some(c) = ranked.get(i) {
+            acc += prob(c);
+            i += 1;
             if acc >= p.top_p as f64 {
-                keep = i + 1;
+                keep = i;
+                kept_mass = Some(acc);
                 break;
             }
         }
     }
     if p.min_p > 0.0 {
-        let floor = probs[0] * p.min_p as f64;
-        keep = keep.min(probs.iter().take_while(|x| **x >= floor).count().max(1));
-    }
-    let total: f64 = probs[..keep].iter().sum();
-    let target = u * total;
-    let mut acc = 0.0;
-    for (i, x) in probs[..keep].iter().enumerate() {
-        acc += x;
-        if target < acc {
-            return cand[i] as u32;
+        // Probabilities fall along the order, so the kept prefix is every candidate at or
+        // above the floor.
+        let floor = prob(best) * p.min_p as f64;
+        let above = (0..ranked.sorted.len())
+            .map(|i| ranked.sorted[i])
+            .chain(ranked.rest.iter().copied())
+            .filter(|&c| prob(c) >= floor)
+            .count();
+        if above.max(1) < keep {
+            keep = above.max(1);
+            kept_mass = None;
         }
     }
-    cand[keep - 1] as u32
+    let mass = match kept_mass {
+        Some(m) => m,
+        None if keep == k => 1.0,
+        None => (0..keep).map(|i| prob(ranked.get(i).expect("kept"))).sum(),
+    };
+    let target = u * mass;
+    let mut acc = 0.0;
+    for i in 0..keep {
+        let c = ranked.get(i).expect("kept candidates exist");
+        acc += prob(c);
+        if target < acc {
+            return c as u32;
+        }
+    }
+    ranked.get(keep - 1).expect("kept candidates exist") as u32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The draw as it was before the lazy walk (a full sort of the candidates), kept to
+    /// pin the seeded outputs: the fast draw must choose the same tokens.
+    fn draw_sorted(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
+        let t = p.temperature;
+        let k = if p.top_k == 0 { logits.len() } else { p.top_k };
+        let cand = best(logits, k);
+        let max = logits[cand[0]];
+        let mut probs: Vec<f64> = cand
+            .iter()
+            .map(|&i| (((logits[i] - max) / t) as f64).exp())
+            .collect();
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= total);
+        let mut keep = probs.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, x) in probs.iter().enumerate() {
+                acc += x;
+                if acc >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p as f64;
+            keep = keep.min(probs.iter().take_while(|x| **x >= floor).count().max(1));
+        }
+        let total: f64 = probs[..keep].iter().sum();
+        let target = u * total;
+        let mut acc = 0.0;
+        for (i, x) in probs[..keep].iter().enumerate() {
+            acc += x;
+            if target < acc {
+                return cand[i] as u32;
+            }
+        }
+        cand[keep - 1] as u32
+    }
+
+    #[test]
+    fn the_lazy_draw_chooses_what_the_full_sort_chose() {
+        let mut checked = 0;
+        for case in 0..240u64 {
+            let n = [7usize, 100, 2_000, 49_152][case as usize % 4];
+            // Logits with ties (rounded to a grid) and a long flat tail.
+            let logits: Vec<f32> = (0..n as u64)
+                .map(|i| {
+                    let r = uniform(case, i) as f32;
+                    ((r * r * 12.0 - 6.0) * 4.0).round() / 4.0
+                })
+                .collect();
+            let p = SamplingParams {
+                temperature: [0.3, 0.7, 1.0, 1.9][(case / 4) as usize % 4],
+                top_k: [0, 1, 5, 50, 0][(case / 16) as usize % 5],
+                top_p: [1.0, 0.9, 0.5][(case / 80) as usize % 3],
+                min_p: if case % 3 == 0 { 0.05 } else { 0.0 },
+                ..SamplingParams::default()
+            };
+            for step in 0..25 {
+                let u = uniform(case ^ 0xABCD, step);
+                assert_eq!(
+                    draw(&logits, &p, u),
+                    draw_sorted(&logits, &p, u),
+                    "case {case} step {step} ({p:?})"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 240 * 25);
+    }
 
     fn params() -> SamplingParams {
         SamplingParams::default()

@@ -11,18 +11,48 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::constraint::Guide;
+use crate::constraint::{Guide, SimpleVob};
 use crate::handle::{Command, EngineConfig, Queued, Shared};
 use crate::kv::KvSlab;
 use crate::metrics::Metrics;
 use crate::model::{Model, TokenRow};
 use crate::reload::{ReloadMode, Swap, Swapped};
 use crate::request::{EngineError, Event};
-use crate::sampling::{SamplingParams, sample_with};
+use crate::sampling::{History, Sampled, SamplingParams, sample_with};
 use crate::scheduler::{Buckets, Waiting, plan};
 use crate::sequence::{Progress, Sequence};
 use crate::slots::SlotPool;
 use crate::tokenizer::Tokenizer;
+
+/// One sequence's sampling inputs, borrowed for the parallel pass of `sample_into`.
+struct Job<'a> {
+    row: &'a [f32],
+    /// The parameters with end tokens forbidden, before `min_tokens`.
+    banned: Option<SamplingParams>,
+    params: &'a SamplingParams,
+    history: &'a History,
+    step: u64,
+    n_top: usize,
+    mask: Option<SimpleVob>,
+}
+
+impl Job<'_> {
+    fn run(&self) -> Sampled {
+        let params = self.banned.as_ref().unwrap_or(self.params);
+        sample_with(
+            self.row,
+            params,
+            self.history,
+            self.step,
+            self.n_top,
+            |work| {
+                if let Some(m) = &self.mask {
+                    crate::constraint::apply(m, work);
+                }
+            },
+        )
+    }
+}
 
 /// The state the engine thread owns.
 pub(crate) struct Worker {
@@ -354,37 +384,44 @@ impl Worker {
     /// grammar fails, that sequence alone ends with an error.
     fn sample_into(&mut self, seqs: Vec<Sequence>, logits: &[f32]) {
         let vocab = self.model.shape().vocab;
-        for (i, mut s) in seqs.into_iter().enumerate() {
-            if let Some(e) = s.grammar_error.take() {
+        // Every sequence's choice first, in parallel on the compute pool (each depends
+        // only on its own row, parameters, history and step), then the bookkeeping in order.
+        let mut seqs = seqs;
+        let choices: Vec<Option<Sampled>> = {
+            let jobs: Vec<Option<Job>> = seqs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, s)| {
+                    if s.grammar_error.is_some() {
+                        return None;
+                    }
+                    let banned = (s.generated() < s.req.min_tokens).then(|| {
+                        // Before min_tokens, end tokens cannot be chosen.
+                        let mut p = s.req.params.clone();
+                        p.logit_bias
+                            .extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
+                        p
+                    });
+                    Some(Job {
+                        row: &logits[i * vocab..(i + 1) * vocab],
+                        banned,
+                        params: &s.req.params,
+                        history: &s.history,
+                        step: s.generated() as u64,
+                        n_top: s.req.logprobs.unwrap_or(0),
+                        mask: s.guide.as_mut().and_then(|g| g.mask.take()),
+                    })
+                })
+                .collect();
+            crate::model::pool()
+                .install(|| jobs.par_iter().map(|j| j.as_ref().map(Job::run)).collect())
+        };
+        for (mut s, sampled) in seqs.drain(..).zip(choices) {
+            let Some(sampled) = sampled else {
+                let e = s.grammar_error.take().unwrap_or_default();
                 self.fail(s, e);
                 continue;
-            }
-            let row = &logits[i * vocab..(i + 1) * vocab];
-            let step = s.generated() as u64;
-            let banned;
-            let params: &SamplingParams = if s.generated() < s.req.min_tokens {
-                // Before min_tokens, end tokens cannot be chosen.
-                let mut p = s.req.params.clone();
-                p.logit_bias
-                    .extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
-                banned = p;
-                &banned
-            } else {
-                &s.req.params
             };
-            let mask = s.guide.as_mut().and_then(|g| g.mask.take());
-            let sampled = sample_with(
-                row,
-                params,
-                &s.history,
-                step,
-                s.req.logprobs.unwrap_or(0),
-                |work| {
-                    if let Some(m) = &mask {
-                        crate::constraint::apply(m, work);
-                    }
-                },
-            );
             let ends = s.req.stop_ids.contains(&sampled.token);
             if let Some(g) = &mut s.guide
                 && !ends

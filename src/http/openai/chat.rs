@@ -54,6 +54,8 @@ struct Chunks {
     want_logprobs: bool,
     /// Per choice, when the request has active tools.
     tools: Vec<ToolStream>,
+    /// `parallel_tool_calls`: else only the first call is returned.
+    parallel: bool,
 }
 
 /// A response's id for a call.
@@ -107,7 +109,7 @@ impl Chunks {
     /// then the arguments.
     fn call_chunks(&self, index: usize, calls: Vec<(usize, ParsedCall)>) -> Vec<String> {
         let mut out = Vec::new();
-        for (i, c) in calls {
+        for (i, c) in calls.into_iter().filter(|(i, _)| self.parallel || *i == 0) {
             let head = ToolCallDelta {
                 index: i,
                 id: Some(call_id()),
@@ -244,9 +246,12 @@ pub async fn handle(
             choices: streams.len(),
             want_logprobs,
             tools: match v.tool_format {
-                Some(f) => (0..streams.len()).map(|_| ToolStream::new(f)).collect(),
+                Some(f) => (0..streams.len())
+                    .map(|_| ToolStream::new(f, v.tool_names.clone()))
+                    .collect(),
                 None => Vec::new(),
             },
+            parallel: v.tool_parallel,
         };
         let shutdown = s.deadline.subscribe();
         return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
@@ -268,7 +273,10 @@ pub async fn handle(
         let mut reason = c.finish.reason.as_str();
         let (content, calls) = match v.tool_format {
             Some(f) => {
-                let p = parse(f, &c.text);
+                let mut p = parse(f, &c.text, &v.tool_names);
+                if !v.tool_parallel {
+                    p.calls.truncate(1);
+                }
                 if !p.calls.is_empty() && c.finish.reason == FinishReason::Stop {
                     reason = "tool_calls";
                 }

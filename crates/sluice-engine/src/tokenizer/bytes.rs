@@ -98,7 +98,9 @@ impl Tokenizer {
                         };
                         match added.get(&(id as u32)) {
                             Some(a) if a.special => special(&text),
-                            Some(_) => text.into_bytes(),
+                            Some(_) if byte_level => text.into_bytes(),
+                            // Decoded like the rest of a SentencePiece vocabulary.
+                            Some(_) => from_piece(&text),
                             None if byte_level => from_byte_level(&map, &text)
                                 .unwrap_or_else(|| text.clone().into_bytes()),
                             None => from_piece(&text),
