@@ -281,3 +281,14 @@ def test_logprobs_stay_those_of_the_raw_distribution(client, model):
     forced = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, logprobs=3,
                                        extra_body={"guided_choice": [second]})
     assert forced.choices[0].logprobs.token_logprobs[0] == pytest.approx(lp, abs=1e-4)
+
+
+def test_an_unsupported_schema_keyword_is_named(base_url, model):
+    schema = {"type": "object", "if": {"properties": {"a": {"const": 1}}}, "then": {"required": ["b"]}}
+    r = httpx.post(base_url + "/v1/chat/completions", timeout=30, json={
+        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "response_format"
+    assert '"if"' in err["message"] and '"then"' in err["message"]
