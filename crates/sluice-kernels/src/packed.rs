@@ -236,8 +236,7 @@ impl PackedMatrix {
     /// Quants of (group, block).
     #[inline(always)]
     pub(crate) fn quants(&self, g: usize, b: usize) -> *const u8 {
-        let qb = self.block_quant_bytes();
-        self.qs[(g * self.blocks() + b) * qb..][..qb].as_ptr()
+        self.block(g, b).as_ptr()
     }
 
     /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`). The
@@ -281,49 +280,37 @@ impl PackedMatrix {
         }
     }
 
-    /// Quant `t` of row `j` of (group, block).
-    fn quant_at(&self, g: usize, b: usize, j: usize, t: usize) -> u8 {
-        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
+    /// The quant bytes of (group, block).
+    #[inline(always)]
+    fn block(&self, g: usize, b: usize) -> &[u8] {
+        let qb = self.block_quant_bytes();
+        &self.qs[(g * self.blocks() + b) * qb..][..qb]
+    }
+
+    /// Quant `t` of row `j` in a block's quant bytes `q`.
+    #[inline(always)]
+    fn quant_in(&self, q: &[u8], j: usize, t: usize) -> u8 {
         let (c, tt) = (t / 4, t % 4);
-        if self.nibbles {
-            let half = self.bk / 8;
-            let byte = q[(c % half) * CHUNK + 4 * j + tt];
-            let lo = if c < half { byte & 0xF } else { byte >> 4 };
-            if self.high == 0 {
-                return lo;
-            }
-            let mask = (1u8 << self.high) - 1;
-            lo | (((q[self.high_plane() + 4 * j + tt] >> (self.high * c)) & mask) << 4)
-        } else {
-            q[c * CHUNK + 4 * j + tt]
+        if !self.nibbles {
+            return q[c * CHUNK + 4 * j + tt];
         }
+        let half = self.bk / 8;
+        let byte = q[(c % half) * CHUNK + 4 * j + tt];
+        let lo = if c < half { byte & 0xF } else { byte >> 4 };
+        if self.high == 0 {
+            return lo;
+        }
+        let mask = (1u8 << self.high) - 1;
+        lo | (((q[self.high_plane() + 4 * j + tt] >> (self.high * c)) & mask) << 4)
     }
 
     /// All quants of (group, block) as `u[row * bk + t]`.
     fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
-        let q = &self.qs[(g * self.blocks() + b) * self.block_quant_bytes()..];
+        let q = self.block(g, b);
         let bk = self.bk;
-        let half = bk / 8;
-        let plane = &q[self.high_plane().min(q.len())..];
-        let mask = (1u8 << self.high) - 1;
         for j in 0..GROUP {
-            for c in 0..bk / 4 {
-                for t in 0..4 {
-                    u[j * bk + 4 * c + t] = if !self.nibbles {
-                        q[c * CHUNK + 4 * j + t]
-                    } else {
-                        let lo = if c < half {
-                            q[c * CHUNK + 4 * j + t] & 0xF
-                        } else {
-                            q[(c - half) * CHUNK + 4 * j + t] >> 4
-                        };
-                        if self.high == 0 {
-                            lo
-                        } else {
-                            lo | (((plane[4 * j + t] >> (self.high * c)) & mask) << 4)
-                        }
-                    };
-                }
+            for t in 0..bk {
+                u[j * bk + t] = self.quant_in(q, j, t);
             }
         }
     }
@@ -334,8 +321,9 @@ impl PackedMatrix {
         for b in 0..self.blocks() {
             let d = self.scale_at(&self.d, g, b, j);
             let m = self.offset_at(g, b, j);
+            let q = self.block(g, b);
             for t in 0..self.bk {
-                out[b * self.bk + t] = d * self.value(self.quant_at(g, b, j, t)) as f32 + m;
+                out[b * self.bk + t] = d * self.value(self.quant_in(q, j, t)) as f32 + m;
             }
         }
     }
