@@ -23,8 +23,8 @@ pub struct Parsed {
     pub calls: Vec<ParsedCall>,
 }
 
-const HERMES_OPEN: &str = "<tool_call>";
-const HERMES_CLOSE: &str = "</tool_call>";
+pub(super) const HERMES_OPEN: &str = "<tool_call>";
+pub(super) const HERMES_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
 const MISTRAL_TAG: &str = "[TOOL_CALLS]";
 

@@ -4,7 +4,7 @@
 //! arguments).
 
 use super::ToolFormat;
-use super::parse::{ParsedCall, hermes_call, opener, parse};
+use super::parse::{HERMES_CLOSE, HERMES_OPEN, ParsedCall, hermes_call, opener, parse};
 
 /// What one piece of output turns into.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -79,18 +79,18 @@ impl ToolStream {
                     // Llama 3 and Mistral calls run to the end of the answer.
                     return out;
                 }
-                let Some(end) = self.held.find("</tool_call>") else {
+                let Some(end) = self.held.find(HERMES_CLOSE) else {
                     return out;
                 };
                 let body = self.held[..end].to_string();
-                self.held.drain(..end + "</tool_call>".len());
+                self.held.drain(..end + HERMES_CLOSE.len());
                 self.in_call = false;
                 match hermes_call(&body, &self.names) {
                     Some(c) => out.calls.extend(self.number(vec![c])),
                     // Not a call after all: its text is content.
                     None => out
                         .content
-                        .push_str(&format!("<tool_call>{body}</tool_call>")),
+                        .push_str(&format!("{HERMES_OPEN}{body}{HERMES_CLOSE}")),
                 }
                 continue;
             }
@@ -156,7 +156,7 @@ impl ToolStream {
         }
         self.in_call = false;
         let text = match self.format {
-            ToolFormat::Hermes => format!("<tool_call>{held}"),
+            ToolFormat::Hermes => format!("{HERMES_OPEN}{held}"),
             _ => held,
         };
         let p = parse(self.format, &text, &self.names);

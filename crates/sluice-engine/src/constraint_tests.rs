@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::fake::{FakeModel, VOCAB};
-use crate::{EngineConfig, EngineError, EngineHandle, Event, EventStream};
+use crate::worker_tests::drain;
+use crate::{EngineConfig, EngineError, EngineHandle, Event};
 use crate::{FinishReason, GrammarSpec, Grammars, Tokenizer, ValidRequest};
 
 const END: u32 = 1;
@@ -46,17 +47,6 @@ fn engine(tok: Arc<Tokenizer>) -> EngineHandle {
         ..EngineConfig::default()
     };
     EngineHandle::start(Box::new(FakeModel::new(1)), tok, cfg)
-}
-
-fn drain(mut rx: EventStream) -> (Vec<u32>, Option<Event>) {
-    let mut ids = Vec::new();
-    while let Some(ev) = rx.blocking_recv() {
-        match ev {
-            Event::Token(t) => ids.push(t.id),
-            end => return (ids, Some(end)),
-        }
-    }
-    (ids, None)
 }
 
 fn constrained(g: &Grammars, regex: &str, prompt: u32) -> ValidRequest {

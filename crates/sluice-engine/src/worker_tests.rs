@@ -77,7 +77,7 @@ fn config(slots: usize) -> EngineConfig {
 }
 
 /// Every event of a stream until it ends: token ids, and the final event.
-fn drain(mut rx: EventStream) -> (Vec<u32>, Option<Event>) {
+pub(crate) fn drain(mut rx: EventStream) -> (Vec<u32>, Option<Event>) {
     let mut ids = Vec::new();
     while let Some(ev) = rx.blocking_recv() {
         match ev {

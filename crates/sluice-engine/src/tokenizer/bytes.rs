@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::spm::hex_byte;
 use super::{Model, Tokenizer, gguf_vocab::kind};
 
 /// GPT-2's byte-to-character map, inverted: the characters byte-level BPE vocabularies
@@ -32,14 +33,10 @@ fn from_byte_level(map: &HashMap<char, u8>, s: &str) -> Option<Vec<u8>> {
 
 /// A SentencePiece-style piece's bytes: `▁` is a space, `<0xXX>` one byte.
 fn from_piece(s: &str) -> Vec<u8> {
-    if s.len() == 6
-        && s.starts_with("<0x")
-        && s.ends_with('>')
-        && let Ok(b) = u8::from_str_radix(&s[3..5], 16)
-    {
-        return vec![b];
+    match hex_byte(s) {
+        Some(b) => vec![b],
+        None => s.replace('\u{2581}', " ").into_bytes(),
     }
-    s.replace('\u{2581}', " ").into_bytes()
 }
 
 fn special(name: &str) -> Vec<u8> {

@@ -32,6 +32,12 @@ struct Bigram {
     size: usize,
 }
 
+/// The byte a `<0xXX>` piece stands for.
+pub(super) fn hex_byte(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
+}
+
 impl Eq for Bigram {}
 impl PartialOrd for Bigram {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
@@ -79,9 +85,7 @@ impl Spm {
 
     /// The byte a `<0xXX>` token stands for.
     pub fn byte_of(&self, id: u32) -> Option<u8> {
-        let t = self.tokens.get(id as usize)?;
-        let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
-        (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
+        hex_byte(self.tokens.get(id as usize)?)
     }
 
     /// Appends the tokens of `text` (spaces already written as `▁`).
