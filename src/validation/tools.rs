@@ -207,7 +207,8 @@ pub(super) fn plan(
         None => Vec::new(),
     };
     // Every schema is compiled (a bad one is a 400 whatever the choice); the grammar
-    // constrains generation only when a call is required.
+    // constrains generation only when a call is required. A required call's grammar holds
+    // every tool already, so it is not compiled twice.
     let all: Vec<&Tool> = tools.iter().collect();
     let compile = |ts: &[&Tool], par: bool| -> Result<Constraint, ValidationError> {
         let g = grammars.ok_or_else(|| {
@@ -219,7 +220,7 @@ pub(super) fn plan(
         g.compile(&call_grammar(ts, format, par, marker))
             .map_err(|e| bad("tools", format!("invalid `tools`: {e}")))
     };
-    if active {
+    if active && choice != "required" {
         compile(&all, false)?;
     }
     let constraint = match required.as_slice() {

@@ -270,10 +270,11 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
         // Probabilities fall along the order, so the kept prefix is every candidate at or
         // above the floor.
         let floor = prob(best) * p.min_p as f64;
-        let above = (0..ranked.sorted.len())
-            .map(|i| ranked.sorted[i])
-            .chain(ranked.rest.iter().copied())
-            .filter(|&c| prob(c) >= floor)
+        let above = ranked
+            .sorted
+            .iter()
+            .chain(&ranked.rest)
+            .filter(|&&c| prob(c) >= floor)
             .count();
         if above.max(1) < keep {
             keep = above.max(1);
