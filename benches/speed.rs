@@ -102,6 +102,7 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool
                 }
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
+                Event::Prompt(_) => {}
             }
         }
         (first.expect("a token"), Instant::now(), count)

@@ -62,9 +62,16 @@ pub struct ServeArgs {
     /// Smallest power-of-two prompt bucket.
     #[arg(long, env = "SLUICE_MIN_BUCKET", default_value_t = 16)]
     pub min_bucket: usize,
-    /// Token budget of one prefill batch (bucket length x prompts).
-    #[arg(long, env = "SLUICE_MAX_PREFILL_TOKENS", default_value_t = 4096)]
-    pub max_prefill_tokens: usize,
+    /// Tokens one forward pass carries: a row per decoding sequence plus chunks of the
+    /// prompts being prefilled (at least --slots + --min-bucket).
+    #[arg(long, env = "SLUICE_MAX_BATCH_TOKENS", default_value_t = 512)]
+    pub max_batch_tokens: usize,
+    /// Never reuse keys and values of earlier requests' prompts.
+    #[arg(long, env = "SLUICE_NO_PREFIX_REUSE")]
+    pub no_prefix_reuse: bool,
+    /// Shortest common prompt prefix worth reusing, in tokens.
+    #[arg(long, env = "SLUICE_MIN_PREFIX_REUSE", default_value_t = 16)]
+    pub min_prefix_reuse: usize,
     /// Requests that may wait for a slot; more get 429 at once.
     #[arg(long, env = "SLUICE_MAX_QUEUED_REQUESTS", default_value_t = 256)]
     pub max_queued_requests: usize,
@@ -300,11 +307,25 @@ impl ServeArgs {
             max_prompts: int("max-prompts", self.max_prompts, 1, 4096)?,
         };
         let timeout = seconds("request-timeout", self.request_timeout, MAX_TIMEOUT_S)?;
+        let min_bucket = int("min-bucket", self.min_bucket, 1, context)?;
+        let max_batch_tokens = int("max-batch-tokens", self.max_batch_tokens, 1, BIG)?;
+        if max_batch_tokens < slots + min_bucket {
+            return Err(ConfigError::Invalid {
+                flag: "max-batch-tokens",
+                reason: format!(
+                    "{max_batch_tokens} cannot hold a decode row for each of the {slots} slots \
+                     plus a prompt chunk of --min-bucket {min_bucket}: use at least {}",
+                    slots + min_bucket
+                ),
+            });
+        }
         let engine = EngineConfig {
             slots,
             context,
-            min_bucket: int("min-bucket", self.min_bucket, 1, context)?,
-            max_prefill_tokens: int("max-prefill-tokens", self.max_prefill_tokens, 1, BIG)?,
+            min_bucket,
+            max_batch_tokens,
+            prefix_reuse: !self.no_prefix_reuse,
+            min_prefix_reuse: int("min-prefix-reuse", self.min_prefix_reuse, 1, context)?,
             max_queued: int("max-queued-requests", self.max_queued_requests, 1, 1 << 20)?,
             max_queued_tokens: int("max-queued-tokens", self.max_queued_tokens, 0, BIG)?,
             request_timeout: (!timeout.is_zero()).then_some(timeout),

@@ -47,6 +47,7 @@ async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
                 };
             }
             Event::Error(e) => panic!("engine error: {e}"),
+            Event::Prompt(_) => panic!("no prompt scores were asked for"),
         }
     }
     panic!("stream ended without Done");

@@ -3,6 +3,7 @@
 //! into engine requests.
 
 pub mod admin;
+pub mod scoring;
 pub mod structured;
 pub mod tools;
 
@@ -102,6 +103,14 @@ pub struct CommonParams {
     pub guided_choice: Option<Vec<String>>,
     /// Older vLLM name of `structured_outputs.grammar`.
     pub guided_grammar: Option<String>,
+    /// vLLM's prompt log-probabilities: this many alternatives per prompt token (0..=20)
+    /// besides the token itself. With it, `max_tokens` may be 0.
+    pub prompt_logprobs: Option<i64>,
+    /// llama.cpp's switch: `false` never reuses another request's prompt keys and values.
+    pub cache_prompt: Option<bool>,
+    /// vLLM's beam search (not implemented: refused with a 400).
+    #[serde(default)]
+    pub use_beam_search: bool,
 }
 
 /// `POST /v1/completions`.
@@ -113,8 +122,12 @@ pub struct CompletionRequest {
     /// Return the prompt before the completion.
     #[serde(default)]
     pub echo: bool,
-    /// Log-probabilities of the chosen token and this many alternatives (0..=20).
+    /// Log-probabilities of the chosen token and this many alternatives (0..=20). With
+    /// `echo`, the prompt's tokens come first (the first with null); `max_tokens` may be 0.
     pub logprobs: Option<i64>,
+    /// Generate this many choices per prompt and return the `n` with the highest total
+    /// log-probability (not with `stream`).
+    pub best_of: Option<i64>,
     /// Common fields.
     #[serde(flatten)]
     pub common: CommonParams,
@@ -200,6 +213,8 @@ pub struct TokenizeRequest {
     pub prompt: Option<String>,
     /// Or a conversation, rendered through the chat template.
     pub messages: Option<Vec<WireMessage>>,
+    /// `false`: no BOS token is added (default true, as for prompts).
+    pub add_special_tokens: Option<bool>,
 }
 
 /// `POST /detokenize`.
@@ -216,10 +231,10 @@ pub struct DetokenizeRequest {
 pub struct CompletionLogprobs {
     /// Token strings.
     pub tokens: Vec<String>,
-    /// Log-probability of each token.
-    pub token_logprobs: Vec<f32>,
-    /// Alternatives of each token: token string to log-probability.
-    pub top_logprobs: Vec<HashMap<String, f32>>,
+    /// Log-probability of each token (null for the first prompt token under `echo`).
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Alternatives of each token: token string to log-probability (null likewise).
+    pub top_logprobs: Vec<Option<HashMap<String, f32>>>,
     /// Byte offset of each token in the choice's text.
     pub text_offset: Vec<usize>,
 }
@@ -235,6 +250,9 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length` on the final answer or chunk, else null.
     pub finish_reason: Option<&'static str>,
+    /// The prompt's log-probabilities, when `prompt_logprobs` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<scoring::PromptLogprobs>,
 }
 
 /// `POST /v1/completions` response, and each streamed chunk.
@@ -330,6 +348,9 @@ pub struct ChatResponse {
     pub choices: Vec<ChatChoice>,
     /// Token counts.
     pub usage: Usage,
+    /// The prompt's log-probabilities, when `prompt_logprobs` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<scoring::PromptLogprobs>,
 }
 
 /// The changed part of a streamed chat message.

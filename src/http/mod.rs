@@ -145,6 +145,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/models/{id}", get(openai::models::get_one))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
+        .route("/tokenizer_info", get(openai::tokenize::info))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::api_key,

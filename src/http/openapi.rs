@@ -22,6 +22,7 @@ use crate::api::*;
         openai::models::get_one,
         openai::tokenize::tokenize,
         openai::tokenize::detokenize,
+        openai::tokenize::info,
         health::health,
         health::ready,
         health::metrics,

@@ -8,7 +8,7 @@ mod tools;
 
 use sluice_engine::{ChatMessage, Grammars, Tokenizer, TokenizerError, ValidRequest};
 
-use params::{build, check_ids};
+use params::{Endpoint, build, check_ids};
 
 use crate::api::{ChatRequest, CompletionRequest, MessageContent, PromptInput, WireMessage};
 
@@ -114,6 +114,11 @@ pub struct Validated {
     pub include_usage: bool,
     /// Prefix each completion with its prompt.
     pub echo: bool,
+    /// Choices generated per prompt when more than `n` (`best_of`): `requests` holds
+    /// `best_of` per prompt, and the `n` best by total log-probability are returned.
+    pub best_of: Option<usize>,
+    /// vLLM's `prompt_logprobs`: alternatives per prompt token to report.
+    pub prompt_logprobs: Option<usize>,
     /// The format to read tool calls in, when the request has active tools.
     pub tool_format: Option<crate::tools::ToolFormat>,
     /// The functions that may be called.
@@ -128,6 +133,30 @@ pub fn check_model(model: Option<&str>, served: &str) -> Result<(), ValidationEr
         Some(m) if m != served => Err(ValidationError::ModelNotFound(m.to_string())),
         _ => Ok(()),
     }
+}
+
+/// `best_of`, checked against `n`, the limit and `stream`; `None` when it equals `n`.
+fn best_of(r: &CompletionRequest, limits: &Limits) -> Result<Option<usize>, ValidationError> {
+    let Some(b) = r.best_of else {
+        return Ok(None);
+    };
+    let n = r.common.n.unwrap_or(1);
+    if b < n || b as usize > limits.max_n {
+        return Err(ValidationError::invalid(
+            "best_of",
+            format!(
+                "`best_of` must be at least n ({n}) and at most {}, got {b}",
+                limits.max_n
+            ),
+        ));
+    }
+    if b > n && r.common.stream {
+        return Err(ValidationError::invalid(
+            "best_of",
+            "`best_of` greater than `n` cannot be streamed",
+        ));
+    }
+    Ok((b > n).then_some(b as usize))
 }
 
 /// Validates `POST /v1/completions`.
@@ -152,12 +181,7 @@ pub fn completion(
         }
         Some(k) => Some(k as usize),
     };
-    if r.echo && logprobs.is_some() {
-        return Err(ValidationError::invalid(
-            "echo",
-            "`echo` together with `logprobs` (prompt log-probabilities) is not supported",
-        ));
-    }
+    let best_of = best_of(r, limits)?;
     let (prompts, texts): (Vec<Vec<u32>>, Vec<String>) = match &r.prompt {
         PromptInput::Text(t) => (vec![tok.encode(t)?], vec![t.clone()]),
         PromptInput::Texts(ts) => {
@@ -188,15 +212,14 @@ pub fn completion(
     }
     let constraint = structured::constraint(&r.common, grammars)?;
     structured::compatible(&r.common, constraint.is_some())?;
-    let (mut requests, n) = build(
-        &r.common,
-        prompts,
-        Some(16),
+    let at = Endpoint {
+        route: "completions",
+        default_max: Some(16),
         logprobs,
-        "completions",
-        tok,
-        limits,
-    )?;
+        echo_scores: logprobs.filter(|_| r.echo),
+        best_of,
+    };
+    let (mut requests, n) = build(&r.common, prompts, at, tok, limits)?;
     for q in &mut requests {
         q.constraint = constraint.clone();
     }
@@ -211,6 +234,8 @@ pub fn completion(
             .as_ref()
             .is_some_and(|o| o.include_usage),
         echo: r.echo,
+        best_of,
+        prompt_logprobs: r.common.prompt_logprobs.map(|k| k as usize),
         tool_format: None,
         tool_names: Vec::new(),
         tool_parallel: true,
@@ -316,7 +341,20 @@ pub fn chat(
         (a, b) => a.or(b),
     };
     structured::compatible(&common, constraint.is_some())?;
-    let (mut requests, n) = build(&common, vec![prompt], None, logprobs, "chat", tok, limits)?;
+    if common.stream && common.prompt_logprobs.is_some() {
+        return Err(ValidationError::invalid(
+            "prompt_logprobs",
+            "`prompt_logprobs` is returned with whole chat answers only, not with `stream`",
+        ));
+    }
+    let at = Endpoint {
+        route: "chat",
+        default_max: None,
+        logprobs,
+        echo_scores: None,
+        best_of: None,
+    };
+    let (mut requests, n) = build(&common, vec![prompt], at, tok, limits)?;
     for q in &mut requests {
         q.constraint = constraint.clone();
     }
@@ -330,6 +368,8 @@ pub fn chat(
             .as_ref()
             .is_some_and(|o| o.include_usage),
         echo: false,
+        best_of: None,
+        prompt_logprobs: common.prompt_logprobs.map(|k| k as usize),
         tool_format: plan.format,
         tool_names: r
             .tools

@@ -38,18 +38,55 @@ pub(super) fn check_ids(
     }
 }
 
-/// The fields common to both endpoints, for prompts already tokenised.
-#[allow(clippy::too_many_arguments)]
+/// What an endpoint adds to the common fields.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Endpoint {
+    /// `completions` or `chat`.
+    pub route: &'static str,
+    /// `max_tokens` when the client gave none (else the rest of the context).
+    pub default_max: Option<usize>,
+    /// Alternatives per generated token, when logprobs were asked for.
+    pub logprobs: Option<usize>,
+    /// Alternatives per prompt token for `echo` with `logprobs`.
+    pub echo_scores: Option<usize>,
+    /// Choices to generate per prompt (`best_of`), when more than `n`.
+    pub best_of: Option<usize>,
+}
+
+/// `prompt_logprobs`, checked.
+fn prompt_logprobs(c: &CommonParams, limits: &Limits) -> Result<Option<usize>, ValidationError> {
+    match c.prompt_logprobs {
+        None => Ok(None),
+        Some(k) if k < 0 || k as usize > limits.max_top_logprobs => {
+            Err(ValidationError::invalid(
+                "prompt_logprobs",
+                format!(
+                    "`prompt_logprobs` must be between 0 and {}, got {k}",
+                    limits.max_top_logprobs
+                ),
+            ))
+        }
+        Some(k) => Ok(Some(k as usize)),
+    }
+}
+
+/// The fields common to both endpoints, for prompts already tokenised: the engine
+/// requests laid out `prompt * choices + i`, and `n`.
 pub(super) fn build(
     c: &CommonParams,
     prompts: Vec<Vec<u32>>,
-    default_max: Option<usize>,
-    logprobs: Option<usize>,
-    route: &'static str,
+    at: Endpoint,
     tok: &Tokenizer,
     limits: &Limits,
 ) -> Result<(Vec<ValidRequest>, usize), ValidationError> {
+    let (route, default_max, logprobs) = (at.route, at.default_max, at.logprobs);
     let vocab = tok.vocab_size;
+    if c.use_beam_search {
+        return Err(ValidationError::invalid(
+            "use_beam_search",
+            "beam search is not implemented; use sampling or greedy decoding",
+        ));
+    }
     let n = c.n.unwrap_or(1);
     if n < 1 || n as usize > limits.max_n {
         return Err(ValidationError::invalid(
@@ -58,6 +95,11 @@ pub(super) fn build(
         ));
     }
     let n = n as usize;
+    let copies = at.best_of.unwrap_or(n);
+    let scored = match (prompt_logprobs(c, limits)?, at.echo_scores) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
     let temperature = range("temperature", c.temperature, 0.0, 2.0, 1.0)?;
     let top_p = range("top_p", c.top_p, 0.0, 1.0, 1.0)?;
     if top_p <= 0.0 {
@@ -161,9 +203,9 @@ pub(super) fn build(
     }
     let (seed, seeded) = match c.seed {
         Some(s) => (s as u64, true),
-        None => (rand_seed(), n > 1),
+        None => (rand_seed(), copies > 1),
     };
-    let mut requests = Vec::with_capacity(prompts.len() * n);
+    let mut requests = Vec::with_capacity(prompts.len() * copies);
     for prompt in prompts {
         if prompt.is_empty() {
             return Err(ValidationError::invalid(
@@ -192,10 +234,15 @@ pub(super) fn build(
             });
         }
         let max_tokens = match c.max_tokens {
+            // 0 scores the prompt without generating.
+            Some(0) if scored.is_some() => 0,
             Some(m) if m < 1 => {
                 return Err(ValidationError::invalid(
                     "max_tokens",
-                    format!("`max_tokens` must be at least 1, got {m}"),
+                    format!(
+                        "`max_tokens` must be at least 1, got {m} (0 only scores a prompt: \
+                         with `echo` and `logprobs`, or `prompt_logprobs`)"
+                    ),
                 ));
             }
             Some(m) if m as usize > limits.max_new_tokens => {
@@ -232,7 +279,9 @@ pub(super) fn build(
                 format!("`min_tokens` ({min_tokens}) must not exceed max_tokens ({max_tokens})"),
             ));
         }
-        for i in 0..n {
+        // The choices of one prompt share its prefill (docs/ARCHITECTURE.md, "Prefix reuse").
+        let share = (copies > 1).then(rand_seed);
+        for i in 0..copies {
             requests.push(ValidRequest {
                 prompt: prompt.clone(),
                 max_tokens,
@@ -256,6 +305,9 @@ pub(super) fn build(
                 logprobs,
                 route,
                 constraint: None,
+                prompt_logprobs: scored,
+                cache_prompt: c.cache_prompt.unwrap_or(true),
+                share,
             });
         }
     }

@@ -24,8 +24,13 @@ pub struct EngineConfig {
     pub context: usize,
     /// Smallest prompt bucket.
     pub min_bucket: usize,
-    /// Token budget of one prefill batch (bucket x rows).
-    pub max_prefill_tokens: usize,
+    /// Tokens one forward pass may carry: every decoding sequence's row plus prompt
+    /// chunks (docs/ARCHITECTURE.md, "Chunked prefill").
+    pub max_batch_tokens: usize,
+    /// Whether new requests may reuse prompt prefixes left in the slab.
+    pub prefix_reuse: bool,
+    /// Shortest prefix worth reusing, in tokens.
+    pub min_prefix_reuse: usize,
     /// Requests allowed to wait for a slot; beyond it submissions are refused.
     pub max_queued: usize,
     /// Prompt tokens allowed to wait in the queue (0: no budget).
@@ -42,7 +47,9 @@ impl Default for EngineConfig {
             slots: 32,
             context: 2048,
             min_bucket: 16,
-            max_prefill_tokens: 4096,
+            max_batch_tokens: 512,
+            prefix_reuse: true,
+            min_prefix_reuse: 16,
             max_queued: 256,
             max_queued_tokens: 0,
             request_timeout: None,
@@ -76,7 +83,7 @@ pub enum SubmitError {
         /// The engine's context.
         context: usize,
     },
-    /// The prompt has no tokens, or `max_tokens` is 0.
+    /// The prompt has no tokens, or `max_tokens` is 0 without prompt log-probabilities.
     #[error("the request has an empty prompt or asks for no tokens")]
     Empty,
     /// The engine thread is gone.
@@ -127,6 +134,9 @@ pub(crate) struct Shared {
     pub kv_base: AtomicUsize,
     /// Requests submitted and not yet ended (queued or running).
     pub in_flight: watch::Sender<usize>,
+    /// Slots leased now (a sequence frees its slot before its request stops counting
+    /// in `in_flight`).
+    pub slots_used: Arc<AtomicUsize>,
 }
 
 /// A place in the queue: counted in `waiting` and `queued_tokens` from a successful
@@ -215,6 +225,7 @@ impl EngineHandle {
             version: RwLock::new(config.weights_version.as_str().into()),
             kv_base: AtomicUsize::new(0),
             in_flight: watch::Sender::new(0),
+            slots_used: Arc::default(),
         });
         let handle = EngineHandle {
             tx,
@@ -290,7 +301,7 @@ impl EngineHandle {
     }
 
     fn try_submit(&self, req: ValidRequest) -> Result<EventStream, SubmitError> {
-        if req.prompt.is_empty() || req.max_tokens == 0 {
+        if req.prompt.is_empty() || (req.max_tokens == 0 && req.prompt_logprobs.is_none()) {
             return Err(SubmitError::Empty);
         }
         let context = self.config.context;
@@ -306,7 +317,7 @@ impl EngineHandle {
         }
         let permit = self.permit(req.prompt.len())?;
         // Room for every token, the final event and an error: sends never block the engine.
-        let (tx, rx) = mpsc::channel(req.max_tokens + 2);
+        let (tx, rx) = mpsc::channel(req.max_tokens + 3);
         self.shared.in_flight.send_modify(|n| *n += 1);
         let tx = EventSender {
             tx,
@@ -353,6 +364,11 @@ impl EngineHandle {
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Slots held by sequences now.
+    pub fn slots_used(&self) -> usize {
+        self.shared.slots_used.load(Ordering::SeqCst)
     }
 
     /// Sequences running in slots.

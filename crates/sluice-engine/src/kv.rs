@@ -91,4 +91,62 @@ impl KvSlab {
             &self.values[layer][o..o + len * self.head_dim],
         )
     }
+
+    /// Copies positions `0..len` of slot `from` into slot `to`, every layer and head, in
+    /// place (prefix reuse and shared prefills: docs/ARCHITECTURE.md, "Prefix reuse").
+    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
+        assert!(
+            from != to && len <= self.context,
+            "copy_prefix({from}, {to}, {len})"
+        );
+        let (hd, stride) = (self.head_dim, self.stride);
+        for layer in 0..self.keys.len() {
+            for h in 0..self.kv_heads {
+                let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
+                let keys = &mut self.keys[layer];
+                for d in 0..hd {
+                    let (s, t) = (src + d * stride, dst + d * stride);
+                    keys.copy_within(s..s + len, t);
+                }
+                self.values[layer].copy_within(src..src + len * hd, dst);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_prefix_copies_only_the_prefix_of_every_layer_and_head() {
+        let mut kv = KvSlab::new(2, 2, 4, 3, 8);
+        let row = |x: f32| vec![x; 8];
+        for layer in 0..2 {
+            for pos in 0..8 {
+                kv.write(
+                    layer,
+                    0,
+                    pos,
+                    &row(pos as f32 + 1.0),
+                    &row(-(pos as f32) - 1.0),
+                );
+                kv.write(layer, 2, pos, &row(100.0), &row(100.0));
+            }
+        }
+        kv.copy_prefix(0, 2, 5);
+        for layer in 0..2 {
+            for h in 0..2 {
+                let (k, v) = kv.read(layer, 2, h, 8);
+                for pos in 0..8 {
+                    let want = if pos < 5 { pos as f32 + 1.0 } else { 100.0 };
+                    for d in 0..4 {
+                        assert_eq!(k[d * kv.stride + pos].to_f32(), want);
+                    }
+                    let want = if pos < 5 { -want } else { 100.0 };
+                    assert!(v[pos * 4..pos * 4 + 4].iter().all(|x| x.to_f32() == want));
+                }
+            }
+        }
+    }
 }

@@ -21,6 +21,9 @@ pub mod hf;
 pub mod kv;
 pub mod metrics;
 pub mod model;
+#[cfg(test)]
+mod prefill_tests;
+pub mod prefix;
 mod reload;
 mod request;
 pub mod sampling;
@@ -40,7 +43,9 @@ pub use gguf::{GgufFile, ModelError};
 pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
 pub use model::{Model, Shape, TokenRow};
 pub use reload::{ReloadMode, Swapped};
-pub use request::{EngineError, Event, Finish, FinishReason, TokenEvent, ValidRequest};
+pub use request::{
+    EngineError, Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest,
+};
 pub use tokenizer::{ChatMessage, Tokenizer, TokenizerError};
 
 /// A model file loaded and ready to start an engine on.

@@ -54,6 +54,10 @@ pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
 pub const CONSTRAINED_TOTAL: &str = "sluice_constrained_requests_total";
 /// Seconds computing the grammar masks of one step (all its constrained sequences).
 pub const MASK_SECONDS: &str = "sluice_grammar_mask_duration_seconds";
+/// Prompt tokens looked up in the prefix cache (vLLM's `prefix_cache_queries`).
+pub const PREFIX_QUERIES_TOTAL: &str = "sluice_prefix_cache_queries_total";
+/// Prompt tokens found there and not computed again (vLLM's `prefix_cache_hits`).
+pub const PREFIX_HITS_TOTAL: &str = "sluice_prefix_cache_hits_total";
 /// Build and model labels (value 1).
 pub const BUILD_INFO: &str = "sluice_build_info";
 /// Latency buckets in seconds (vLLM's), shared with the HTTP layer's histogram.
@@ -130,6 +134,10 @@ pub struct Metrics {
     pub constrained: IntCounterVec,
     /// See [`MASK_SECONDS`].
     pub mask_time: Histogram,
+    /// See [`PREFIX_QUERIES_TOTAL`].
+    pub prefix_queries: IntCounter,
+    /// See [`PREFIX_HITS_TOTAL`].
+    pub prefix_hits: IntCounter,
 }
 
 fn hist(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
@@ -245,6 +253,16 @@ impl Metrics {
                 MASK_SECONDS,
                 "Time computing the grammar masks of one step.",
                 MASK,
+            ),
+            prefix_queries: counter(
+                &r,
+                PREFIX_QUERIES_TOTAL,
+                "Prompt tokens looked up in the prefix cache.",
+            ),
+            prefix_hits: counter(
+                &r,
+                PREFIX_HITS_TOTAL,
+                "Prompt tokens reused from the prefix cache.",
             ),
             prompt_tokens_total: counter(&r, PROMPT_TOKENS_TOTAL, "Prompt tokens prefilled."),
             generation_tokens_total: counter(&r, GENERATION_TOKENS_TOTAL, "Tokens generated."),

@@ -28,6 +28,16 @@ pub struct ValidRequest {
     pub route: &'static str,
     /// A compiled grammar the output must follow.
     pub constraint: Option<Constraint>,
+    /// Report the prompt's log-probabilities with this many alternatives per token (an
+    /// [`Event::Prompt`] before the first token). With it, `max_tokens` may be 0: the
+    /// prompt is scored and nothing is generated.
+    pub prompt_logprobs: Option<usize>,
+    /// The prompt may reuse keys and values other requests left in the slab
+    /// (docs/ARCHITECTURE.md, "Prefix reuse"); `cache_prompt: false` turns it off.
+    pub cache_prompt: bool,
+    /// Requests with the same key (the choices of one request) share their prompt's
+    /// prefill even when `cache_prompt` is off.
+    pub share: Option<u64>,
 }
 
 impl ValidRequest {
@@ -44,6 +54,9 @@ impl ValidRequest {
             logprobs: None,
             route: "engine",
             constraint: None,
+            prompt_logprobs: None,
+            cache_prompt: true,
+            share: None,
         }
     }
 }
@@ -82,6 +95,19 @@ pub struct TokenEvent {
     pub is_end: bool,
 }
 
+/// One prompt token with its log-probability under the tokens before it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptToken {
+    /// Token id.
+    pub id: u32,
+    /// Raw log-probability; `None` for the first token, which has no context.
+    pub logprob: Option<f32>,
+    /// 1 + the number of tokens more likely at its position (0 for the first token).
+    pub rank: usize,
+    /// Best alternatives at its position (empty for the first token).
+    pub top: Vec<(u32, f32)>,
+}
+
 /// Totals reported when a sequence finishes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finish {
@@ -104,6 +130,8 @@ pub struct Finish {
 /// What a request's stream carries.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The prompt's tokens and log-probabilities, when asked for; before any token.
+    Prompt(Vec<PromptToken>),
     /// A token was generated.
     Token(TokenEvent),
     /// The sequence finished; nothing follows.

@@ -77,9 +77,9 @@ pub fn uniform(seed: u64, step: u64) -> f64 {
     (mix(mix(seed) ^ step) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// `log_softmax` of the raw logits, best `n` with their log-probabilities, and the
-/// log-probability of `token`.
-fn raw_logprobs(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
+/// `log_softmax` of the raw logits: the log-probability of `token` and the best `n`
+/// tokens with theirs.
+pub fn scores(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sums = [0f32; 16];
     for c in logits.chunks(16) {
@@ -184,7 +184,7 @@ pub fn sample_with(
     } else {
         draw(&work, p, uniform(p.seed, step))
     };
-    let (logprob, top) = raw_logprobs(logits, n_top, token);
+    let (logprob, top) = scores(logits, n_top, token);
     Sampled {
         token,
         logprob,

@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::constraint::Guide;
 use crate::handle::EventSender;
 use crate::metrics::Metrics;
-use crate::request::{Event, Finish, FinishReason, TokenEvent, ValidRequest};
+use crate::request::{Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest};
 use crate::sampling::{History, Sampled};
 use crate::slots::SlotLease;
 use crate::stops::{Release, StopText};
@@ -13,12 +13,13 @@ use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// One sequence occupying a slot.
 pub(crate) struct Sequence {
+    /// The slab row it owns; dropping the sequence frees it. Declared first, so it is
+    /// dropped (the slot freed) before `tx` ends the request's count in flight.
+    pub lease: SlotLease,
     /// The request.
     pub req: ValidRequest,
     /// Where its events go; closed when the client left.
     pub(crate) tx: EventSender,
-    /// The slab row it owns; dropping the sequence frees it.
-    pub lease: SlotLease,
     /// Prompt and generated ids for the penalties.
     pub history: History,
     /// When the request arrived.
@@ -34,6 +35,10 @@ pub(crate) struct Sequence {
     pub(crate) guide: Option<Guide>,
     /// Why its grammar failed while computing the next mask.
     pub(crate) grammar_error: Option<String>,
+    /// Positions of its slot whose keys and values are written (reused or computed).
+    pub computed: usize,
+    /// The prompt's log-probabilities so far, when asked for.
+    pub prompt_scores: Vec<PromptToken>,
 }
 
 /// Whether a sequence goes on after a token.
@@ -46,21 +51,34 @@ pub enum Progress {
 }
 
 impl Sequence {
-    /// A sequence for `req` in the leased slot.
+    /// A sequence for `req` in the leased slot, whose first `reuse` prompt positions are
+    /// already in the slot.
     pub(crate) fn new(
         req: ValidRequest,
         tx: EventSender,
         lease: SlotLease,
         submitted: Instant,
+        reuse: usize,
     ) -> Self {
         let history = History {
             prompt: req.prompt.clone(),
             generated: Vec::new(),
         };
         let guide = req.constraint.as_ref().map(Guide::new);
+        let prompt_scores = match req.prompt_logprobs {
+            Some(_) => vec![PromptToken {
+                id: req.prompt[0],
+                logprob: None,
+                rank: 0,
+                top: Vec::new(),
+            }],
+            None => Vec::new(),
+        };
         Self {
             guide,
             grammar_error: None,
+            computed: reuse,
+            prompt_scores,
             req,
             tx,
             lease,
@@ -74,14 +92,30 @@ impl Sequence {
         }
     }
 
+    /// Whether prompt positions remain to be computed.
+    pub fn is_prefilling(&self) -> bool {
+        self.computed < self.req.prompt.len()
+    }
+
+    /// Sends the prompt's log-probabilities once they are complete; a request that asked
+    /// for no tokens (`max_tokens` 0) then finishes. Returns whether it goes on.
+    pub fn prompt_done(&mut self, version: &str, metrics: &Metrics) -> Progress {
+        if self.req.prompt_logprobs.is_some() {
+            let scores = std::mem::take(&mut self.prompt_scores);
+            self.tx.send(Event::Prompt(scores));
+        }
+        if self.req.max_tokens > 0 {
+            return Progress::Running;
+        }
+        let now = Instant::now();
+        self.first_token = Some(now);
+        self.finish(FinishReason::Length, now, version, metrics);
+        Progress::Finished
+    }
+
     /// Tokens generated so far.
     pub fn generated(&self) -> usize {
         self.history.generated.len()
-    }
-
-    /// Position of the next token to feed: the last generated one.
-    pub fn last_position(&self) -> usize {
-        self.req.prompt.len() + self.generated() - 1
     }
 
     /// Records a sampled token, sends its event and, if the sequence is done, the final
@@ -149,25 +183,31 @@ impl Sequence {
         self.tx.send(Event::Token(ev));
         match finish {
             Some(reason) => {
-                metrics.e2e.observe((now - self.submitted).as_secs_f64());
-                metrics.prompt_tokens.observe(self.req.prompt.len() as f64);
-                metrics.generation_tokens.observe(n as f64);
-                metrics
-                    .requests
-                    .with_label_values(&[self.req.route, reason.as_str()])
-                    .inc();
-                self.tx.send(Event::Done(Finish {
-                    reason,
-                    prompt_tokens: self.req.prompt.len(),
-                    completion_tokens: n,
-                    weights_version: version.to_string(),
-                    seed: self.req.params.seed,
-                    queue_seconds: (self.admitted - self.submitted).as_secs_f64(),
-                    ttft_seconds: (self.first_token.unwrap_or(now) - self.submitted).as_secs_f64(),
-                }));
+                self.finish(reason, now, version, metrics);
                 Progress::Finished
             }
             None => Progress::Running,
         }
+    }
+
+    /// Sends the final event and counts the request.
+    fn finish(&self, reason: FinishReason, now: Instant, version: &str, metrics: &Metrics) {
+        let n = self.generated();
+        metrics.e2e.observe((now - self.submitted).as_secs_f64());
+        metrics.prompt_tokens.observe(self.req.prompt.len() as f64);
+        metrics.generation_tokens.observe(n as f64);
+        metrics
+            .requests
+            .with_label_values(&[self.req.route, reason.as_str()])
+            .inc();
+        self.tx.send(Event::Done(Finish {
+            reason,
+            prompt_tokens: self.req.prompt.len(),
+            completion_tokens: n,
+            weights_version: version.to_string(),
+            seed: self.req.params.seed,
+            queue_seconds: (self.admitted - self.submitted).as_secs_f64(),
+            ttft_seconds: (self.first_token.unwrap_or(now) - self.submitted).as_secs_f64(),
+        }));
     }
 }

@@ -13,7 +13,7 @@ use crate::model::{Model, TokenRow};
 use crate::{EngineConfig, EngineError, EngineHandle, Event, EventStream, ReloadMode};
 use crate::{FinishReason, Tokenizer, ValidRequest};
 
-fn tokenizer() -> Arc<Tokenizer> {
+pub(crate) fn tokenizer() -> Arc<Tokenizer> {
     use tokenizers::models::wordlevel::WordLevel;
     let vocab: HashMap<String, u32> = (0..VOCAB as u32).map(|i| (format!("t{i}"), i)).collect();
     let model = WordLevel::builder()
@@ -27,33 +27,33 @@ fn tokenizer() -> Arc<Tokenizer> {
     ))
 }
 
-type Calls = Arc<Mutex<Vec<Vec<TokenRow>>>>;
+pub(crate) type Calls = Arc<Mutex<Vec<Vec<TokenRow>>>>;
 
 /// An engine on a fake model of `step` whose first forward call holds the engine thread
 /// until released.
-struct Held {
-    e: EngineHandle,
-    calls: Calls,
+pub(crate) struct Held {
+    pub e: EngineHandle,
+    pub calls: Calls,
     entered: Receiver<()>,
-    release: Sender<()>,
+    pub release: Sender<()>,
 }
 
 impl Held {
     /// Submits `first` and waits until the engine thread is held inside its prefill:
     /// whatever is submitted next is queued together.
-    fn hold(&self, first: ValidRequest) -> EventStream {
+    pub(crate) fn hold(&self, first: ValidRequest) -> EventStream {
         let rx = self.e.submit(first).unwrap();
         self.entered.recv().unwrap();
         rx
     }
 }
 
-fn engine(step: u32, config: EngineConfig) -> Held {
+pub(crate) fn engine(step: u32, config: EngineConfig) -> Held {
     engine_held_at(0, step, config)
 }
 
 /// As `engine`, holding forward call number `at` instead of the first.
-fn engine_held_at(at: usize, step: u32, config: EngineConfig) -> Held {
+pub(crate) fn engine_held_at(at: usize, step: u32, config: EngineConfig) -> Held {
     let (release, gate) = channel();
     let (entered_tx, entered) = channel();
     let model = FakeModel::new(step).held(at, entered_tx, gate);
@@ -67,7 +67,7 @@ fn engine_held_at(at: usize, step: u32, config: EngineConfig) -> Held {
     }
 }
 
-fn config(slots: usize) -> EngineConfig {
+pub(crate) fn config(slots: usize) -> EngineConfig {
     EngineConfig {
         slots,
         context: 64,
@@ -89,7 +89,7 @@ pub(crate) fn drain(mut rx: EventStream) -> (Vec<u32>, Option<Event>) {
 }
 
 /// Blocks until the engine says no request is queued or running (30 s at most).
-fn wait_idle(e: &EngineHandle) {
+pub(crate) fn wait_idle(e: &EngineHandle) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -101,13 +101,13 @@ fn wait_idle(e: &EngineHandle) {
     });
 }
 
-fn chain(from: u32, step: u32, n: usize) -> Vec<u32> {
+pub(crate) fn chain(from: u32, step: u32, n: usize) -> Vec<u32> {
     (1..=n as u32)
         .map(|i| (from + i * step) % VOCAB as u32)
         .collect()
 }
 
-fn prompts_of(call: &[TokenRow]) -> Vec<(usize, usize)> {
+pub(crate) fn prompts_of(call: &[TokenRow]) -> Vec<(usize, usize)> {
     // (slot, rows) per slot, in order of appearance.
     let mut out: Vec<(usize, usize)> = Vec::new();
     for r in call {
@@ -134,17 +134,18 @@ fn queued_requests_are_prefilled_in_bucket_batches() {
         assert!(matches!(end, Some(Event::Done(f)) if f.reason == FinishReason::Length));
     }
     let calls = calls.lock().unwrap();
-    // The blocker's prefill and, in the same step, its first decode; then a and c
-    // (bucket 16) prefilled together, then b (bucket 32), then one decode step for all four.
+    // The blocker's prefill; then, in one step, its decode row first and the three
+    // prompts admitted in bucket groups: a and c (bucket 16) take slots 1 and 2, then b
+    // (bucket 32) slot 3; then one decode step for all four.
     assert_eq!(prompts_of(&calls[0]), vec![(0, 1)]);
-    assert_eq!(prompts_of(&calls[1]), vec![(0, 1)]);
-    assert_eq!(prompts_of(&calls[2]), vec![(1, 3), (2, 5)]);
-    assert_eq!(prompts_of(&calls[3]), vec![(3, 20)]);
+    assert_eq!(prompts_of(&calls[1]), vec![(0, 1), (1, 3), (2, 5), (3, 20)]);
     assert_eq!(
-        calls[4].len(),
+        calls[2].len(),
         4,
         "one decode step for every running sequence"
     );
+    let admitted = |b: &str| e.metrics().prefill_requests.with_label_values(&[b]).get();
+    assert_eq!((admitted("16"), admitted("32")), (3, 1));
 }
 
 #[test]
@@ -163,10 +164,10 @@ fn a_freed_slot_is_refilled_between_steps() {
         .iter()
         .position(|call| call.iter().any(|r| r.token == 20))
         .expect("c was prefilled");
-    // a (slot 0) runs its prefill and a decode step; then b takes slot 1 and c waits; a
-    // finishes in the decode step it shares with b, and c takes slot 0 at the next step
-    // while b is still running.
-    assert_eq!(calls[c_prefill][0].slot, 0);
+    // a (slot 0) runs its prefill; then b takes slot 1 and c waits; a finishes in a
+    // step it shares with b, and c takes slot 0 at the next step while b still runs.
+    let c_row = calls[c_prefill].iter().find(|r| r.token == 20).unwrap();
+    assert_eq!(c_row.slot, 0);
     assert!(calls[..c_prefill].iter().any(|call| call.len() == 2));
     assert!(calls[c_prefill + 1..].iter().any(|call| call.len() == 2));
 }
@@ -254,8 +255,8 @@ fn requests_past_the_deadline_end_with_a_timeout() {
     let (ids, end) = drain(a);
     assert_eq!(
         ids.len(),
-        2,
-        "the tokens of the held prefill and of the decode step in the same loop, then the deadline"
+        1,
+        "the token of the held prefill, then the deadline at the next step boundary"
     );
     assert_eq!(end, Some(Event::Error(EngineError::TimedOut(0.05))));
 }

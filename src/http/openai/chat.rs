@@ -267,6 +267,10 @@ pub async fn handle(
         system_fingerprint: version,
         choices: Vec::new(),
         usage: run::usage(finishes.into_iter(), v.n),
+        prompt_logprobs: v.prompt_logprobs.and_then(|k| {
+            let first = choices.first()?;
+            Some(run::prompt_logprobs(&s.tokenizer, &first.prompt, k))
+        }),
     };
     for (index, c) in choices.into_iter().enumerate() {
         resp.system_fingerprint = c.finish.weights_version.clone();

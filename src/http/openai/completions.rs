@@ -15,23 +15,37 @@ use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
 use crate::validation;
-use sluice_engine::{Finish, TokenEvent, Tokenizer};
+use sluice_engine::{Finish, PromptToken, TokenEvent, Tokenizer};
 
-/// Logprobs of `tokens` in the completions format, offsets counted from `offset`.
-fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent], mut offset: usize) -> CompletionLogprobs {
+/// Logprobs in the completions format: the scored prompt's tokens (under `echo`; the
+/// first has null), then the generated ones (an end token included: its text is not in the
+/// choice's text), offsets counted from `offset`.
+fn logprobs(
+    tok: &Tokenizer,
+    prompt: &[PromptToken],
+    tokens: &[TokenEvent],
+    mut offset: usize,
+) -> CompletionLogprobs {
     let mut lp = CompletionLogprobs::default();
-    for t in tokens.iter().filter(|t| !t.is_end) {
-        let text = token_text(tok, t.id);
+    let mut add = |id: u32, logprob: Option<f32>, top: &[(u32, f32)], shown: bool| {
+        let text = token_text(tok, id);
         lp.text_offset.push(offset);
-        offset += text.len();
+        if shown {
+            offset += text.len();
+        }
         lp.tokens.push(text);
-        lp.token_logprobs.push(t.logprob);
-        lp.top_logprobs.push(
-            t.top
-                .iter()
+        lp.token_logprobs.push(logprob);
+        lp.top_logprobs.push(logprob.map(|_| {
+            top.iter()
                 .map(|&(id, l)| (token_text(tok, id), l))
-                .collect::<HashMap<_, _>>(),
-        );
+                .collect::<HashMap<_, _>>()
+        }));
+    };
+    for t in prompt {
+        add(t.id, t.logprob, &t.top, true);
+    }
+    for t in tokens {
+        add(t.id, Some(t.logprob), &t.top, !t.is_end);
     }
     lp
 }
@@ -42,6 +56,8 @@ struct Chunks {
     echo: Vec<String>,
     n: usize,
     want_logprobs: bool,
+    /// `prompt_logprobs`: alternatives per prompt token.
+    prompt_logprobs: Option<usize>,
     offsets: HashMap<usize, usize>,
 }
 
@@ -53,20 +69,51 @@ impl Chunks {
         logprobs: Option<CompletionLogprobs>,
         finish: Option<&'static str>,
     ) -> String {
-        let mut c = self.base.clone();
-        c.choices = vec![CompletionChoice {
+        self.chunk_with(CompletionChoice {
             index,
             text,
             logprobs,
             finish_reason: finish,
-        }];
+            prompt_logprobs: None,
+        })
+    }
+
+    fn chunk_with(&self, choice: CompletionChoice) -> String {
+        let mut c = self.base.clone();
+        c.choices = vec![choice];
         serde_json::to_string(&c).expect("completion chunks serialise")
     }
 }
 
+impl Chunks {
+    /// The echoed prompt waits for its scores when they were asked for.
+    fn scores_prompt(&self) -> bool {
+        self.prompt_logprobs.is_some() || (self.want_logprobs && !self.echo.is_empty())
+    }
+}
+
 impl ChunkMaker for Chunks {
+    fn prompt(&mut self, index: usize, p: &[PromptToken]) -> Vec<String> {
+        let text = self.echo.get(index / self.n).cloned().unwrap_or_default();
+        self.offsets.insert(index, text.len());
+        let lp = (self.want_logprobs && !self.echo.is_empty())
+            .then(|| logprobs(&self.tok, p, &[], 0));
+        vec![self.chunk_with(CompletionChoice {
+            index,
+            text,
+            logprobs: lp,
+            finish_reason: None,
+            prompt_logprobs: self
+                .prompt_logprobs
+                .map(|k| run::prompt_logprobs(&self.tok, p, k)),
+        })]
+    }
+
     fn start(&mut self) -> Vec<String> {
         let mut v = Vec::new();
+        if self.scores_prompt() {
+            return v;
+        }
         for (p, text) in self.echo.clone().iter().enumerate() {
             for i in 0..self.n {
                 self.offsets.insert(p * self.n + i, text.len());
@@ -77,10 +124,12 @@ impl ChunkMaker for Chunks {
     }
 
     fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
-        let lp = (self.want_logprobs && !t.is_end).then(|| {
+        let lp = self.want_logprobs.then(|| {
             let off = self.offsets.entry(index).or_default();
-            let lp = logprobs(&self.tok, std::slice::from_ref(t), *off);
-            *off += lp.tokens.iter().map(String::len).sum::<usize>();
+            let lp = logprobs(&self.tok, &[], std::slice::from_ref(t), *off);
+            if !t.is_end {
+                *off += lp.tokens.iter().map(String::len).sum::<usize>();
+            }
             lp
         });
         if t.text.is_empty() && lp.is_none() {
@@ -151,14 +200,21 @@ pub async fn handle(
             },
             n: v.n,
             want_logprobs,
+            prompt_logprobs: v.prompt_logprobs,
             offsets: HashMap::new(),
         };
         let shutdown = s.deadline.subscribe();
         return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
     }
     let choices = run::collect(streams, s.deadline.subscribe()).await?;
+    let copies = v.best_of.unwrap_or(v.n);
     let finishes = run::finishes(&choices);
-    run::log_summary(&finishes, v.n);
+    run::log_summary(&finishes, copies);
+    base.usage = Some(run::usage(finishes.into_iter(), copies));
+    let choices = match v.best_of {
+        Some(b) => run::best_of(choices, b, v.n),
+        None => choices,
+    };
     for (i, c) in choices.iter().enumerate() {
         base.system_fingerprint = c.finish.weights_version.clone();
         let prefix = if v.echo {
@@ -166,13 +222,16 @@ pub async fn handle(
         } else {
             String::new()
         };
+        let scored: &[PromptToken] = if v.echo { &c.prompt } else { &[] };
         base.choices.push(CompletionChoice {
             index: i,
-            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens, prefix.len())),
+            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, scored, &c.tokens, 0)),
             text: prefix + &c.text,
             finish_reason: Some(c.finish.reason.as_str()),
+            prompt_logprobs: v
+                .prompt_logprobs
+                .map(|k| run::prompt_logprobs(&s.tokenizer, &c.prompt, k)),
         });
     }
-    base.usage = Some(run::usage(finishes.into_iter(), v.n));
     Ok(axum::Json(base).into_response())
 }

@@ -9,11 +9,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use sluice_engine::{
-    EngineError, EngineHandle, Event, EventStream, Finish, TokenEvent, Tokenizer, ValidRequest,
+    EngineError, EngineHandle, Event, EventStream, Finish, PromptToken, TokenEvent, Tokenizer,
+    ValidRequest,
 };
 use tokio::sync::watch;
 
+use std::collections::HashMap;
+
 use crate::api::Usage;
+use crate::api::scoring::{PromptLogprob, PromptLogprobs};
 use crate::error::ApiError;
 
 /// Everything one finished choice produced.
@@ -25,6 +29,8 @@ pub struct Choice {
     pub tokens: Vec<TokenEvent>,
     /// Its totals.
     pub finish: Finish,
+    /// The prompt's scores, when asked for.
+    pub prompt: Vec<PromptToken>,
 }
 
 /// The choices' totals, indexed as laid out (`prompt * n + i`).
@@ -47,9 +53,10 @@ pub fn submit(
 }
 
 async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
-    let (mut text, mut tokens) = (String::new(), Vec::new());
+    let (mut text, mut tokens, mut prompt) = (String::new(), Vec::new(), Vec::new());
     while let Some(ev) = rx.recv().await {
         match ev {
+            Event::Prompt(p) => prompt = p,
             Event::Token(t) => {
                 text.push_str(&t.text);
                 tokens.push(t);
@@ -59,6 +66,7 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
                     text,
                     tokens,
                     finish,
+                    prompt,
                 });
             }
             Event::Error(e) => return Err(e.into()),
@@ -124,6 +132,45 @@ pub fn log_summary(finishes: &[(usize, Finish)], n: usize) {
     );
 }
 
+/// vLLM's `prompt_logprobs` of one prompt: null first, then per position the prompt's
+/// token and the best `k` alternatives, keyed by token id.
+pub fn prompt_logprobs(tok: &Tokenizer, p: &[PromptToken], k: usize) -> PromptLogprobs {
+    p.iter()
+        .map(|t| {
+            let logprob = t.logprob?;
+            let entry = |rank, logprob| PromptLogprob {
+                logprob,
+                rank,
+                decoded_token: token_text(tok, t.id),
+            };
+            let mut m = HashMap::new();
+            for (r, &(id, l)) in t.top.iter().take(k).enumerate() {
+                let mut e = entry(r + 1, l);
+                e.decoded_token = token_text(tok, id);
+                m.insert(id.to_string(), e);
+            }
+            m.insert(t.id.to_string(), entry(t.rank, logprob));
+            Some(m)
+        })
+        .collect()
+}
+
+/// `best_of`: of each prompt's `copies` choices (laid out `prompt * copies + i`), the `n`
+/// with the highest total log-probability, best first.
+pub fn best_of(choices: Vec<Choice>, copies: usize, n: usize) -> Vec<Choice> {
+    let mut out = Vec::new();
+    let mut rest = choices.into_iter();
+    loop {
+        let mut group: Vec<Choice> = rest.by_ref().take(copies).collect();
+        if group.is_empty() {
+            return out;
+        }
+        let total = |c: &Choice| c.tokens.iter().map(|t| f64::from(t.logprob)).sum::<f64>();
+        group.sort_by(|a, b| total(b).total_cmp(&total(a)));
+        out.extend(group.into_iter().take(n));
+    }
+}
+
 /// The text of one token, for logprob listings.
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id]).unwrap_or_default()
@@ -138,6 +185,10 @@ pub fn request_id(prefix: &str) -> String {
 pub trait ChunkMaker: Send + 'static {
     /// Chunks sent before any token (chat's role chunk, echoed prompts).
     fn start(&mut self) -> Vec<String>;
+    /// The chunks for the scored prompt of choice `index`, when scores were asked for.
+    fn prompt(&mut self, _index: usize, _p: &[PromptToken]) -> Vec<String> {
+        Vec::new()
+    }
     /// The chunks for a token of choice `index` (often one, possibly none).
     fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String>;
     /// The chunks closing choice `index` (the last one carries the finish reason).
@@ -183,6 +234,7 @@ pub fn sse<M: ChunkMaker>(
                     next = merged.next() => next,
                 };
                 let chunks = match next {
+                    Some((i, Event::Prompt(p))) => maker.prompt(i, &p),
                     Some((i, Event::Token(t))) => maker.token(i, &t),
                     Some((i, Event::Done(f))) => {
                         let c = maker.done(i, &f);

@@ -2,6 +2,7 @@
 
 use axum::extract::State;
 
+use crate::api::scoring::TokenizerInfo;
 use crate::api::{
     DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
 };
@@ -37,7 +38,13 @@ pub async fn tokenize(
             }
         };
         sluice_engine::failpoint::check("handler-panic", &text);
-        let tokens = st.tokenizer.encode(&text)?;
+        let mut tokens = st.tokenizer.encode(&text)?;
+        if r.add_special_tokens == Some(false)
+            && r.prompt.is_some()
+            && st.tokenizer.bos.is_some_and(|b| tokens.first() == Some(&b))
+        {
+            tokens.remove(0);
+        }
         Ok(axum::Json(TokenizeResponse {
             count: tokens.len(),
             max_model_len: st.limits.context,
@@ -74,4 +81,24 @@ pub async fn detokenize(
     let st = s.clone();
     let prompt = off_thread(move || st.tokenizer.decode(&r.tokens)).await?;
     Ok(axum::Json(DetokenizeResponse { prompt }))
+}
+
+/// What a client tokenising remotely needs to know (lm-evaluation-harness's
+/// `tokenizer_backend=remote` reads it).
+#[utoipa::path(
+    get,
+    path = "/tokenizer_info",
+    tag = "tokens",
+    responses((status = 200, body = TokenizerInfo))
+)]
+pub async fn info(State(s): State<AppState>) -> axum::Json<TokenizerInfo> {
+    let t = &s.tokenizer;
+    let text = |id: Option<u32>| id.and_then(|i| t.decode(&[i]).ok());
+    axum::Json(TokenizerInfo {
+        eos_token: text(t.end_ids.first().copied()),
+        bos_token: text(t.bos),
+        add_bos_token: t.add_bos,
+        model_max_length: s.limits.context,
+        chat_template: t.chat_template.as_ref().map(|c| c.source.clone()),
+    })
 }

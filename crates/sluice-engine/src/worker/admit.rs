@@ -1,0 +1,167 @@
+//! Admission: queued requests get free slots, grouped by prompt bucket, placed where the
+//! slab already holds the longest prefix of their prompt (docs/ARCHITECTURE.md, "Buckets
+//! and batches", "Prefix reuse"). Admission computes nothing: the steps prefill the
+//! admitted prompts chunk by chunk.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::Worker;
+use crate::handle::Queued;
+use crate::prefix::{place, reusable};
+use crate::request::ValidRequest;
+use crate::scheduler::{Buckets, Waiting, plan};
+use crate::sequence::Sequence;
+
+/// Whether `req` may take keys and values from a sequence running `other`.
+fn may_share(req: &ValidRequest, other: &ValidRequest, reuse_on: bool) -> bool {
+    (reuse_on && req.cache_prompt && other.cache_prompt)
+        || (req.share.is_some() && req.share == other.share)
+}
+
+impl Worker {
+    fn buckets(&self) -> Buckets {
+        Buckets {
+            min: self.config.min_bucket,
+            max: self.config.context,
+        }
+    }
+
+    /// Prompt tokens the next step can still take: the budget minus every decode row and
+    /// every admitted prompt's remaining tokens.
+    fn budget_left(&self) -> usize {
+        let taken: usize = self
+            .running
+            .iter()
+            .map(|s| (s.req.prompt.len() - s.computed).max(1))
+            .sum();
+        self.config.max_batch_tokens.saturating_sub(taken)
+    }
+
+    /// A queued request waits while a sequence it may share with is still prefilling a
+    /// prompt that begins like its own: once that prefill is done, it copies the prefix
+    /// instead of computing it again (the choices of `n`, concurrent turns of one chat).
+    fn defer(&self, q: &Queued) -> bool {
+        let min = self.config.min_prefix_reuse.max(1);
+        q.req.prompt_logprobs.is_none()
+            && self.running.iter().any(|s| {
+                s.is_prefilling()
+                    && may_share(&q.req, &s.req, self.config.prefix_reuse)
+                    && reusable(&q.req.prompt, &s.req.prompt) >= min
+            })
+    }
+
+    /// Admits bucket groups of queued requests into free slots while both exist and the
+    /// next step has room for their prompts (the oldest request is admitted even when
+    /// its prompt alone exceeds the room: it is prefilled over several steps).
+    pub(super) fn admit(&mut self) {
+        loop {
+            let left = self.budget_left();
+            let prefilling = self.running.iter().any(Sequence::is_prefilling);
+            if left == 0 && prefilling {
+                return;
+            }
+            let open: Vec<usize> = (0..self.queue.len())
+                .filter(|&i| !self.defer(&self.queue[i]))
+                .collect();
+            let waiting: Vec<Waiting> = open
+                .iter()
+                .map(|&i| Waiting {
+                    prompt_len: self.queue[i].req.prompt.len(),
+                })
+                .collect();
+            let room = if prefilling { left } else { left.max(1) };
+            let Some(p) = plan(&waiting, self.pool.available(), room, self.buckets()) else {
+                return;
+            };
+            // Take the picked entries out of the queue, keeping the others in order.
+            let mut picked = Vec::with_capacity(p.picks.len());
+            for (k, &i) in p.picks.iter().enumerate() {
+                let at = open[i] - k;
+                picked.push(self.queue.remove(at).expect("plan() picks queue entries"));
+            }
+            // A pick may now have to wait for a batch mate it can share with (the
+            // choices of `n`): it goes back to the front of the queue.
+            let mut deferred = Vec::new();
+            let now = Instant::now();
+            let mut started = 0;
+            for q in picked {
+                if self.defer(&q) {
+                    deferred.push(q);
+                    continue;
+                }
+                let len = q.req.prompt.len();
+                self.shared.prefill_tokens.fetch_add(len, Ordering::SeqCst);
+                let padding = p.bucket.saturating_sub(len);
+                self.shared
+                    .padding_tokens
+                    .fetch_add(padding, Ordering::SeqCst);
+                self.metrics.prefill_padding.inc_by(padding as u64);
+                self.metrics
+                    .queue_time
+                    .observe((now - q.submitted).as_secs_f64());
+                self.start(q);
+                started += 1;
+            }
+            self.metrics
+                .prefill_requests
+                .with_label_values(&[&p.bucket.to_string()])
+                .inc_by(started);
+            for q in deferred.into_iter().rev() {
+                self.queue.push_front(q);
+            }
+        }
+    }
+
+    /// Leases the best slot for `q` (prefix reuse), copies a prefix from a busy slot when
+    /// that is where it is, and adds the sequence to `running`.
+    fn start(&mut self, q: Queued) {
+        if crate::failpoint::enabled("engine-panic") {
+            crate::failpoint::check(
+                "engine-panic",
+                &self.tok.decode(&q.req.prompt).unwrap_or_default(),
+            );
+        }
+        let reuse_on = self.config.prefix_reuse;
+        let wants_all_rows = q.req.prompt_logprobs.is_some();
+        let busy: Vec<usize> = self
+            .running
+            .iter()
+            .filter(|s| !wants_all_rows && may_share(&q.req, &s.req, reuse_on))
+            .map(|s| s.lease.slot())
+            .collect();
+        let reuse_free = reuse_on && q.req.cache_prompt && !wants_all_rows;
+        let at = place(
+            &q.req.prompt,
+            &self.caches,
+            &self.pool.free_slots(),
+            &busy,
+            self.config.min_prefix_reuse,
+            reuse_free,
+        )
+        .expect("plan() never picks more requests than free slots");
+        let lease = self
+            .pool
+            .lease_slot(at.slot)
+            .expect("place() returns a free slot");
+        if let Some(from) = at.copy_from {
+            self.kv.copy_prefix(from, at.slot, at.reuse);
+            let tokens = self.caches[from].tokens[..at.reuse].to_vec();
+            self.caches[at.slot].tokens = tokens;
+        } else {
+            self.caches[at.slot].tokens.truncate(at.reuse);
+        }
+        self.caches[at.slot].used_at = self.tick;
+        let m = &self.metrics;
+        m.prefix_queries.inc_by(q.req.prompt.len() as u64);
+        m.prefix_hits.inc_by(at.reuse as u64);
+        m.prompt_tokens_total
+            .inc_by((q.req.prompt.len() - at.reuse) as u64);
+        if let Some(c) = &q.req.constraint {
+            m.constrained.with_label_values(&[c.kind]).inc();
+        }
+        // The queue permit drops here: the request no longer waits.
+        let s = Sequence::new(q.req, q.tx, lease, q.submitted, at.reuse);
+        self.running.push(s);
+    }
+}

@@ -1,0 +1,227 @@
+//! The engine thread: owns the model, the KV slab and the slots, and runs the loop
+//! queue -> admission into free slots (`admit.rs`) -> one step carrying every decoding
+//! sequence's row and prompt chunks (`step.rs`), freeing finished or cancelled slots
+//! between steps (docs/ARCHITECTURE.md, "The engine loop").
+
+mod admit;
+mod step;
+
+use std::collections::VecDeque;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::handle::{Command, EngineConfig, Queued, Shared};
+use crate::kv::KvSlab;
+use crate::metrics::Metrics;
+use crate::model::Model;
+use crate::prefix::SlotCache;
+use crate::reload::{ReloadMode, Swap, Swapped};
+use crate::request::{EngineError, Event};
+use crate::sequence::Sequence;
+use crate::slots::SlotPool;
+use crate::tokenizer::Tokenizer;
+
+/// The state the engine thread owns.
+pub(crate) struct Worker {
+    model: Box<dyn Model>,
+    tok: Arc<Tokenizer>,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    kv: KvSlab,
+    pool: SlotPool,
+    queue: VecDeque<Queued>,
+    running: Vec<Sequence>,
+    seed_counter: u64,
+    metrics: Arc<Metrics>,
+    /// A weight swap waiting for its step boundary.
+    pending: Option<Swap>,
+    /// Label of the weights in use.
+    version: Arc<str>,
+    /// What each slot's keys and values hold (docs/ARCHITECTURE.md, "Prefix reuse").
+    caches: Vec<SlotCache>,
+    /// Steps run so far (the clock of least-recently-used eviction).
+    tick: u64,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        model: Box<dyn Model>,
+        tok: Arc<Tokenizer>,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let c = model.shape();
+        let kv = KvSlab::new(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            config.slots,
+            config.context,
+        );
+        let seed_counter = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        shared.kv_base.store(kv.base_ptr(), Ordering::SeqCst);
+        metrics.weights_version.set(1);
+        Self {
+            pending: None,
+            version: config.weights_version.as_str().into(),
+            pool: SlotPool::new(config.slots, shared.slots_used.clone()),
+            caches: vec![SlotCache::default(); config.slots],
+            tick: 0,
+            model,
+            tok,
+            config,
+            shared,
+            kv,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            seed_counter,
+            metrics,
+        }
+    }
+
+    /// Runs until every handle is dropped.
+    pub(crate) fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            if self.queue.is_empty() && self.running.is_empty() && self.pending.is_none() {
+                match rx.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if self.queue.is_empty() && self.running.is_empty() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            self.apply_swap();
+            if self.pending.is_none() {
+                self.admit();
+            }
+            self.step();
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(mut q) => {
+                if !q.req.seeded {
+                    self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    q.req.params.seed = self.seed_counter;
+                }
+                self.queue.push_back(q);
+            }
+            // One swap at a time (the admin API serialises them); a second one is
+            // refused by dropping its reply.
+            Command::Swap(swap) if self.pending.is_none() => self.pending = Some(swap),
+            Command::Swap(_) => {}
+        }
+    }
+
+    /// Swaps the weights if a swap is pending and its mode allows it now.
+    fn apply_swap(&mut self) {
+        let Some(swap) = self.pending.take() else {
+            return;
+        };
+        if swap.mode == ReloadMode::Wait && !self.running.is_empty() {
+            self.pending = Some(swap);
+            return;
+        }
+        let t = Instant::now();
+        let mut aborted = 0;
+        if swap.mode == ReloadMode::Abort {
+            for s in self.running.drain(..) {
+                s.tx.send(Event::Error(EngineError::Aborted));
+                self.metrics
+                    .requests
+                    .with_label_values(&[s.req.route, "aborted"])
+                    .inc();
+                aborted += 1;
+            }
+        }
+        let old = std::mem::replace(&mut self.model, swap.model);
+        // Keys and values of the old weights are never reused with the new ones.
+        for c in &mut self.caches {
+            c.tokens.clear();
+        }
+        self.version = swap.version.as_str().into();
+        *self
+            .shared
+            .version
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = self.version.clone();
+        self.metrics.weights_version.inc();
+        let report = Swapped {
+            old,
+            pause: t.elapsed(),
+            waited: swap.requested.elapsed(),
+            aborted,
+        };
+        // If the requester has gone, the old weights are dropped here.
+        let _ = swap.reply.send(report);
+    }
+
+    /// Cancellation by drop: queued requests whose client left never reach prefill, and
+    /// running ones give their slot back now. Requests past the deadline end with an error.
+    fn drop_cancelled(&mut self) {
+        let m = &self.metrics;
+        let count =
+            |route: &'static str, why: &str| m.requests.with_label_values(&[route, why]).inc();
+        let timeout = self.config.request_timeout;
+        let late = |since: Instant| timeout.is_some_and(|t| since.elapsed() > t);
+        let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
+        let keep = |tx: &crate::handle::EventSender, submitted: Instant, route| {
+            let gone = tx.is_closed();
+            let expired = !gone && late(submitted);
+            if expired {
+                tx.send(Event::Error(EngineError::TimedOut(secs)));
+            }
+            if gone || expired {
+                count(route, if gone { "cancelled" } else { "timeout" });
+            }
+            !(gone || expired)
+        };
+        // Dropping a queued entry drops its queue permit, which releases the counters.
+        self.queue.retain(|q| keep(&q.tx, q.submitted, q.req.route));
+        self.running
+            .retain(|s| keep(&s.tx, s.submitted, s.req.route));
+    }
+
+    /// Ends `s` with a grammar error.
+    fn fail(&self, s: Sequence, why: String) {
+        s.tx.send(Event::Error(EngineError::Grammar(why)));
+        self.metrics
+            .requests
+            .with_label_values(&[s.req.route, "grammar_error"])
+            .inc();
+    }
+
+    fn publish(&self) {
+        self.shared
+            .running
+            .store(self.running.len(), Ordering::SeqCst);
+        let m = &self.metrics;
+        m.running.set(self.running.len() as i64);
+        m.waiting
+            .set(self.shared.waiting.load(Ordering::SeqCst) as i64);
+        m.slots_used.set(self.pool.used() as i64);
+        let live: usize = self.running.iter().map(|s| s.computed).sum();
+        m.kv_usage
+            .set(live as f64 / (self.config.slots * self.config.context) as f64);
+    }
+}
