@@ -57,15 +57,13 @@ pub(super) struct Endpoint {
 fn prompt_logprobs(c: &CommonParams, limits: &Limits) -> Result<Option<usize>, ValidationError> {
     match c.prompt_logprobs {
         None => Ok(None),
-        Some(k) if k < 0 || k as usize > limits.max_top_logprobs => {
-            Err(ValidationError::invalid(
-                "prompt_logprobs",
-                format!(
-                    "`prompt_logprobs` must be between 0 and {}, got {k}",
-                    limits.max_top_logprobs
-                ),
-            ))
-        }
+        Some(k) if k < 0 || k as usize > limits.max_top_logprobs => Err(ValidationError::invalid(
+            "prompt_logprobs",
+            format!(
+                "`prompt_logprobs` must be between 0 and {}, got {k}",
+                limits.max_top_logprobs
+            ),
+        )),
         Some(k) => Ok(Some(k as usize)),
     }
 }

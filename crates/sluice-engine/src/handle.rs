@@ -106,7 +106,7 @@ impl SubmitError {
 
 /// Work sent to the engine thread.
 pub(crate) enum Command {
-    Submit(Queued),
+    Submit(Box<Queued>),
     Swap(Swap),
 }
 
@@ -323,12 +323,12 @@ impl EngineHandle {
             tx,
             shared: self.shared.clone(),
         };
-        let cmd = Command::Submit(Queued {
+        let cmd = Command::Submit(Box::new(Queued {
             req,
             tx,
             submitted: Instant::now(),
             _permit: permit,
-        });
+        }));
         match self.tx.try_send(cmd) {
             Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) => Err(SubmitError::QueueFull(self.config.max_queued)),

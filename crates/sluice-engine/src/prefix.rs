@@ -10,6 +10,8 @@ pub struct SlotCache {
     pub tokens: Vec<u32>,
     /// When it was last written or leased (0: never).
     pub used_at: u64,
+    /// The share key of the request that last held it (its siblings may reuse it).
+    pub share: Option<u64>,
 }
 
 /// Where a request goes.
@@ -35,7 +37,8 @@ pub fn reusable(prompt: &[u32], cached: &[u32]) -> usize {
 }
 
 /// Chooses a free slot for `prompt`. Candidates are the free slots' caches (when
-/// `reuse_free`) and the slots in `busy` (in use; their prefix is copied). The longest
+/// `reuse_free`, or when last held by a request of the same `share` key) and the slots in
+/// `busy` (in use; their prefix is copied). The longest
 /// reusable prefix of at least `min_reuse` tokens wins, a free slot over a busy one on
 /// equal length (no copy); without one, the least recently used free slot (never-used
 /// slots first, lowest number on ties) is taken and nothing is reused. `None`: no free
@@ -47,6 +50,7 @@ pub fn place(
     busy: &[usize],
     min_reuse: usize,
     reuse_free: bool,
+    share: Option<u64>,
 ) -> Option<Placement> {
     let lru = *free
         .iter()
@@ -54,7 +58,7 @@ pub fn place(
     let min = min_reuse.max(1);
     let best_free = free
         .iter()
-        .filter(|_| reuse_free)
+        .filter(|&&s| reuse_free || (share.is_some() && caches[s].share == share))
         .map(|&s| (reusable(prompt, &caches[s].tokens), s))
         .filter(|&(n, _)| n >= min)
         .max_by_key(|&(n, s)| (n, std::cmp::Reverse(s)));
@@ -90,13 +94,14 @@ mod tests {
         SlotCache {
             tokens: tokens.to_vec(),
             used_at,
+            share: None,
         }
     }
 
     #[test]
     fn the_longest_cached_prefix_wins_and_the_last_token_is_always_computed() {
         let caches = [cache(&[1, 2], 5), cache(&[1, 2, 3, 4], 1), cache(&[], 0)];
-        let p = place(&[1, 2, 3, 4], &caches, &[0, 1, 2], &[], 2, true).unwrap();
+        let p = place(&[1, 2, 3, 4], &caches, &[0, 1, 2], &[], 2, true, None).unwrap();
         assert_eq!(
             p,
             Placement {
@@ -110,15 +115,17 @@ mod tests {
     #[test]
     fn below_the_minimum_the_least_recently_used_free_slot_is_taken() {
         let caches = [cache(&[1, 9], 7), cache(&[5], 3), cache(&[6], 4)];
-        let p = place(&[1, 2, 3], &caches, &[0, 1, 2], &[], 2, true).unwrap();
+        let p = place(&[1, 2, 3], &caches, &[0, 1, 2], &[], 2, true, None).unwrap();
         assert_eq!((p.slot, p.reuse, p.copy_from), (1, 0, None));
         // A never-used slot goes before any cached one.
         let caches = [cache(&[1], 2), cache(&[], 0)];
         assert_eq!(
-            place(&[3, 4], &caches, &[0, 1], &[], 1, true).unwrap().slot,
+            place(&[3, 4], &caches, &[0, 1], &[], 1, true, None)
+                .unwrap()
+                .slot,
             1
         );
-        assert_eq!(place(&[3], &caches, &[], &[], 1, true), None);
+        assert_eq!(place(&[3], &caches, &[], &[], 1, true, None), None);
     }
 
     #[test]
@@ -128,7 +135,7 @@ mod tests {
             cache(&[1, 2], 2),
             cache(&[7], 1),
         ];
-        let p = place(&[1, 2, 3, 4, 8], &caches, &[1, 2], &[0], 2, true).unwrap();
+        let p = place(&[1, 2, 3, 4, 8], &caches, &[1, 2], &[0], 2, true, None).unwrap();
         assert_eq!(
             p,
             Placement {
@@ -138,14 +145,19 @@ mod tests {
             }
         );
         // Equal lengths: the free slot, no copy.
-        let p = place(&[1, 2, 9], &caches, &[1, 2], &[0], 2, true).unwrap();
+        let p = place(&[1, 2, 9], &caches, &[1, 2], &[0], 2, true, None).unwrap();
         assert_eq!((p.slot, p.reuse, p.copy_from), (1, 2, None));
     }
 
     #[test]
     fn free_caches_are_ignored_when_reuse_is_off() {
         let caches = [cache(&[1, 2, 3], 9), cache(&[], 0)];
-        let p = place(&[1, 2, 3, 4], &caches, &[0, 1], &[], 1, false).unwrap();
+        let p = place(&[1, 2, 3, 4], &caches, &[0, 1], &[], 1, false, None).unwrap();
         assert_eq!((p.slot, p.reuse), (1, 0));
+        // ...except for a sibling of the request that left it.
+        let mut caches = caches;
+        caches[0].share = Some(3);
+        let p = place(&[1, 2, 3, 4], &caches, &[0, 1], &[], 1, false, Some(3)).unwrap();
+        assert_eq!((p.slot, p.reuse), (0, 3));
     }
 }

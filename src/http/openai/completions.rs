@@ -96,17 +96,19 @@ impl ChunkMaker for Chunks {
     fn prompt(&mut self, index: usize, p: &[PromptToken]) -> Vec<String> {
         let text = self.echo.get(index / self.n).cloned().unwrap_or_default();
         self.offsets.insert(index, text.len());
-        let lp = (self.want_logprobs && !self.echo.is_empty())
-            .then(|| logprobs(&self.tok, p, &[], 0));
-        vec![self.chunk_with(CompletionChoice {
-            index,
-            text,
-            logprobs: lp,
-            finish_reason: None,
-            prompt_logprobs: self
-                .prompt_logprobs
-                .map(|k| run::prompt_logprobs(&self.tok, p, k)),
-        })]
+        let lp =
+            (self.want_logprobs && !self.echo.is_empty()).then(|| logprobs(&self.tok, p, &[], 0));
+        vec![
+            self.chunk_with(CompletionChoice {
+                index,
+                text,
+                logprobs: lp,
+                finish_reason: None,
+                prompt_logprobs: self
+                    .prompt_logprobs
+                    .map(|k| run::prompt_logprobs(&self.tok, p, k)),
+            }),
+        ]
     }
 
     fn start(&mut self) -> Vec<String> {

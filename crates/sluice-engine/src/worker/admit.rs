@@ -138,6 +138,7 @@ impl Worker {
             &busy,
             self.config.min_prefix_reuse,
             reuse_free,
+            q.req.share,
         )
         .expect("plan() never picks more requests than free slots");
         let lease = self
@@ -152,6 +153,7 @@ impl Worker {
             self.caches[at.slot].tokens.truncate(at.reuse);
         }
         self.caches[at.slot].used_at = self.tick;
+        self.caches[at.slot].share = q.req.share;
         let m = &self.metrics;
         m.prefix_queries.inc_by(q.req.prompt.len() as u64);
         m.prefix_hits.inc_by(at.reuse as u64);

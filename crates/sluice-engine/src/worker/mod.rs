@@ -124,7 +124,7 @@ impl Worker {
                     self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
                     q.req.params.seed = self.seed_counter;
                 }
-                self.queue.push_back(q);
+                self.queue.push_back(*q);
             }
             // One swap at a time (the admin API serialises them); a second one is
             // refused by dropping its reply.
