@@ -102,7 +102,7 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool
                 }
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
-                Event::Prompt(_) => {}
+                Event::Prompt(_) | Event::Beams(_) => {}
             }
         }
         (first.expect("a token"), Instant::now(), count)

@@ -80,7 +80,7 @@ async fn run(
                 Event::Token(_) => count += 1,
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
-                Event::Prompt(_) => {}
+                Event::Prompt(_) | Event::Beams(_) => {}
             }
         }
         count

@@ -305,6 +305,7 @@ impl ServeArgs {
             max_logit_bias: int("max-logit-bias", self.max_logit_bias, 0, 1 << 20)?,
             max_top_logprobs: int("max-top-logprobs", self.max_top_logprobs, 0, 1024)?,
             max_prompts: int("max-prompts", self.max_prompts, 1, 4096)?,
+            slots,
         };
         let timeout = seconds("request-timeout", self.request_timeout, MAX_TIMEOUT_S)?;
         let min_bucket = int("min-bucket", self.min_bucket, 1, context)?;

@@ -47,7 +47,7 @@ async fn finish(mut rx: sluice::engine::EventStream) -> Outcome {
                 };
             }
             Event::Error(e) => panic!("engine error: {e}"),
-            Event::Prompt(_) => panic!("no prompt scores were asked for"),
+            Event::Prompt(_) | Event::Beams(_) => panic!("no scores or beams were asked for"),
         }
     }
     panic!("stream ended without Done");
@@ -349,5 +349,43 @@ async fn seeded_samples_are_pinned() {
     for (rx, (seed, .., want)) in streams.into_iter().zip(pinned) {
         let want: Vec<u32> = want.split(' ').map(|t| t.parse().unwrap()).collect();
         assert_eq!(finish(rx).await.ids, want, "seed {seed}");
+    }
+}
+
+/// Beam search of width 1 chooses what greedy decoding chooses; a wider search returns
+/// `n` distinct hypotheses, best first, whose scores are their tokens' log-probabilities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beam_search_of_width_one_is_greedy() {
+    let (eng, tok) = engine(8, 512);
+    for salt in 0..4 {
+        let mut g = ValidRequest::greedy(prompt_of(&tok, 20 + salt * 13, salt), 12);
+        g.stop_ids = tok.end_ids.clone();
+        let greedy = finish(eng.submit(g.clone()).unwrap()).await;
+        let mut b = g.clone();
+        b.beam = Some(sluice::engine::BeamSpec {
+            width: 1,
+            n: 1,
+            length_penalty: 1.0,
+        });
+        let mut rx = eng.submit(b.clone()).unwrap();
+        let Some(Event::Beams(out)) = rx.recv().await else {
+            panic!("beam results");
+        };
+        let ids: Vec<u32> = out[0].tokens.iter().map(|t| t.id).collect();
+        assert_eq!(ids, greedy.ids, "prompt {salt}");
+        b.beam = Some(sluice::engine::BeamSpec {
+            width: 4,
+            n: 3,
+            length_penalty: 1.0,
+        });
+        let mut rx = eng.submit(b).unwrap();
+        let Some(Event::Beams(out)) = rx.recv().await else {
+            panic!("beam results");
+        };
+        assert_eq!(out.len(), 3);
+        for w in out.windows(2) {
+            assert!(w[0].score >= w[1].score);
+            assert_ne!(w[0].tokens, w[1].tokens);
+        }
     }
 }

@@ -108,9 +108,12 @@ pub struct CommonParams {
     pub prompt_logprobs: Option<i64>,
     /// llama.cpp's switch: `false` never reuses another request's prompt keys and values.
     pub cache_prompt: Option<bool>,
-    /// vLLM's beam search (not implemented: refused with a 400).
+    /// vLLM's beam search (completions, not streamed): `best_of` (else `n`) beams, the `n`
+    /// best returned; no sampling fields.
     #[serde(default)]
     pub use_beam_search: bool,
+    /// Beam scores are `cumulative logprob / length ^ length_penalty` (default 1).
+    pub length_penalty: Option<f32>,
 }
 
 /// `POST /v1/completions`.

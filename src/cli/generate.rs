@@ -112,7 +112,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         match rx.blocking_recv() {
             Some(Event::Token(t)) => tokens.push(t),
             Some(Event::Done(_)) => break,
-            Some(Event::Prompt(_)) => {}
+            Some(Event::Prompt(_) | Event::Beams(_)) => {}
             Some(Event::Error(e)) => return Err(e.into()),
             None => bail!("the engine stopped"),
         }

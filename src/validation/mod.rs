@@ -80,6 +80,8 @@ pub struct Limits {
     pub max_top_logprobs: usize,
     /// Most prompts in one completions request.
     pub max_prompts: usize,
+    /// The engine's slots (a beam search needs one per beam).
+    pub slots: usize,
 }
 
 impl Limits {
@@ -94,6 +96,7 @@ impl Limits {
             max_logit_bias: 300,
             max_top_logprobs: 20,
             max_prompts: 32,
+            slots: 32,
         }
     }
 }
@@ -117,6 +120,8 @@ pub struct Validated {
     /// Choices generated per prompt when more than `n` (`best_of`): `requests` holds
     /// `best_of` per prompt, and the `n` best by total log-probability are returned.
     pub best_of: Option<usize>,
+    /// Beam search: one engine request per prompt, whose `n` hypotheses are the choices.
+    pub beam: bool,
     /// vLLM's `prompt_logprobs`: alternatives per prompt token to report.
     pub prompt_logprobs: Option<usize>,
     /// The format to read tool calls in, when the request has active tools.
@@ -220,6 +225,13 @@ pub fn completion(
         best_of,
     };
     let (mut requests, n) = build(&r.common, prompts, at, tok, limits)?;
+    let beam = r.common.use_beam_search;
+    if beam && constraint.is_some() {
+        return Err(ValidationError::invalid(
+            "use_beam_search",
+            "beam search cannot follow a grammar (`response_format`, `structured_outputs`)",
+        ));
+    }
     for q in &mut requests {
         q.constraint = constraint.clone();
     }
@@ -234,7 +246,8 @@ pub fn completion(
             .as_ref()
             .is_some_and(|o| o.include_usage),
         echo: r.echo,
-        best_of,
+        best_of: best_of.filter(|_| !beam),
+        beam,
         prompt_logprobs: r.common.prompt_logprobs.map(|k| k as usize),
         tool_format: None,
         tool_names: Vec::new(),
@@ -341,6 +354,12 @@ pub fn chat(
         (a, b) => a.or(b),
     };
     structured::compatible(&common, constraint.is_some())?;
+    if common.use_beam_search {
+        return Err(ValidationError::invalid(
+            "use_beam_search",
+            "beam search is served on /v1/completions only",
+        ));
+    }
     if common.stream && common.prompt_logprobs.is_some() {
         return Err(ValidationError::invalid(
             "prompt_logprobs",
@@ -369,6 +388,7 @@ pub fn chat(
             .is_some_and(|o| o.include_usage),
         echo: false,
         best_of: None,
+        beam: false,
         prompt_logprobs: common.prompt_logprobs.map(|k| k as usize),
         tool_format: plan.format,
         tool_names: r

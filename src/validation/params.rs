@@ -2,7 +2,7 @@
 //! `max_tokens` against the context and the server's limits.
 
 use sluice_engine::sampling::SamplingParams;
-use sluice_engine::{Tokenizer, ValidRequest};
+use sluice_engine::{BeamSpec, Tokenizer, ValidRequest};
 
 use super::{Limits, ValidationError};
 use crate::api::{CommonParams, StopInput};
@@ -68,6 +68,81 @@ fn prompt_logprobs(c: &CommonParams, limits: &Limits) -> Result<Option<usize>, V
     }
 }
 
+/// `use_beam_search` and `length_penalty`, checked: beam search keeps the most likely
+/// beams, so every field that would change which tokens are likely is refused, by name.
+fn beam_spec(
+    c: &CommonParams,
+    at: &Endpoint,
+    n: usize,
+    limits: &Limits,
+) -> Result<Option<BeamSpec>, ValidationError> {
+    let bad = |msg: String| Err(ValidationError::invalid("use_beam_search", msg));
+    if !c.use_beam_search {
+        if c.length_penalty.is_some() {
+            return Err(ValidationError::invalid(
+                "length_penalty",
+                "`length_penalty` applies to beam search only (`use_beam_search: true`)",
+            ));
+        }
+        return Ok(None);
+    }
+    let unsupported = [
+        ("temperature", c.temperature.is_some_and(|t| t != 0.0)),
+        ("top_p", c.top_p.is_some_and(|p| p != 1.0)),
+        ("top_k", c.top_k.is_some_and(|k| k > 0)),
+        ("min_p", c.min_p.is_some_and(|p| p != 0.0)),
+        (
+            "presence_penalty",
+            c.presence_penalty.is_some_and(|p| p != 0.0),
+        ),
+        (
+            "frequency_penalty",
+            c.frequency_penalty.is_some_and(|p| p != 0.0),
+        ),
+        (
+            "repetition_penalty",
+            c.repetition_penalty.is_some_and(|p| p != 1.0),
+        ),
+        (
+            "logit_bias",
+            c.logit_bias.as_ref().is_some_and(|b| !b.is_empty()),
+        ),
+        ("min_tokens", c.min_tokens.is_some_and(|m| m > 0)),
+        ("stream", c.stream),
+        ("prompt_logprobs", c.prompt_logprobs.is_some()),
+        (
+            "logprobs",
+            at.logprobs.is_some_and(|k| k > 0) || at.echo_scores.is_some(),
+        ),
+    ];
+    if let Some((name, _)) = unsupported.iter().find(|(_, set)| *set) {
+        return bad(format!(
+            "beam search cannot honour `{name}`: it keeps the most likely beams, whole, \
+             and reports each token's log-probability without alternatives"
+        ));
+    }
+    let width = at.best_of.unwrap_or(n);
+    if width > limits.slots {
+        return bad(format!(
+            "beam search needs a slot per beam: {width} beams (`best_of`, else `n`), the \
+             server has {} slots",
+            limits.slots
+        ));
+    }
+    let length_penalty = c.length_penalty.unwrap_or(1.0);
+    if !length_penalty.is_finite() || !(-10.0..=10.0).contains(&length_penalty) {
+        return Err(ValidationError::invalid(
+            "length_penalty",
+            format!("`length_penalty` must be between -10 and 10, got {length_penalty}"),
+        ));
+    }
+    Ok(Some(BeamSpec {
+        width,
+        n,
+        length_penalty,
+    }))
+}
+
 /// The fields common to both endpoints, for prompts already tokenised: the engine
 /// requests laid out `prompt * choices + i`, and `n`.
 pub(super) fn build(
@@ -79,12 +154,6 @@ pub(super) fn build(
 ) -> Result<(Vec<ValidRequest>, usize), ValidationError> {
     let (route, default_max, logprobs) = (at.route, at.default_max, at.logprobs);
     let vocab = tok.vocab_size;
-    if c.use_beam_search {
-        return Err(ValidationError::invalid(
-            "use_beam_search",
-            "beam search is not implemented; use sampling or greedy decoding",
-        ));
-    }
     let n = c.n.unwrap_or(1);
     if n < 1 || n as usize > limits.max_n {
         return Err(ValidationError::invalid(
@@ -93,7 +162,12 @@ pub(super) fn build(
         ));
     }
     let n = n as usize;
-    let copies = at.best_of.unwrap_or(n);
+    let beam = beam_spec(c, &at, n, limits)?;
+    let copies = if beam.is_some() {
+        1
+    } else {
+        at.best_of.unwrap_or(n)
+    };
     let scored = match (prompt_logprobs(c, limits)?, at.echo_scores) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -306,6 +380,7 @@ pub(super) fn build(
                 prompt_logprobs: scored,
                 cache_prompt: c.cache_prompt.unwrap_or(true),
                 share,
+                beam,
             });
         }
     }

@@ -136,6 +136,26 @@ def test_a_repeated_prompt_reuses_its_prefix_unless_told_not_to(base_url, model)
     assert counter(base_url, "sluice_prefix_cache_hits_total") == hits
 
 
+def test_beam_search_returns_the_n_best_beams(base_url, model):
+    body = {"model": model, "prompt": "The three primary colours are", "max_tokens": 8,
+            "use_beam_search": True, "best_of": 4, "n": 2, "logprobs": 0}
+    r = post(base_url, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1]
+    assert choices[0]["text"] != choices[1]["text"]
+    for c in choices:
+        assert c["finish_reason"] in ("stop", "length")
+        assert all(x <= 0 for x in c["logprobs"]["token_logprobs"])
+    # Deterministic: the same request gives the same beams.
+    assert post(base_url, "/v1/completions", body).json()["choices"] == choices
+    # Width 1 is greedy.
+    one = post(base_url, "/v1/completions", {**body, "best_of": 1, "n": 1}).json()
+    greedy = post(base_url, "/v1/completions", {"model": model, "prompt": body["prompt"],
+                                                "max_tokens": 8, "temperature": 0}).json()
+    assert one["choices"][0]["text"] == greedy["choices"][0]["text"]
+
+
 def test_tokenizer_info(base_url):
     r = httpx.get(base_url + "/tokenizer_info", timeout=10)
     assert r.status_code == 200
@@ -150,7 +170,11 @@ def test_tokenizer_info(base_url):
     ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"prompt_logprobs": -1}, "prompt_logprobs"),
     ({"logprobs": 21, "echo": True}, "logprobs"),
-    ({"use_beam_search": True}, "use_beam_search"),
+    ({"use_beam_search": True, "temperature": 0.7}, "use_beam_search"),
+    ({"use_beam_search": True, "stream": True}, "use_beam_search"),
+    ({"use_beam_search": True, "best_of": 64}, "best_of"),
+    ({"use_beam_search": True, "n": 9}, "use_beam_search"),
+    ({"length_penalty": 0.5}, "length_penalty"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": 0, "echo": True}, "max_tokens"),
 ])

@@ -10,6 +10,9 @@
 //!
 //! docs/ARCHITECTURE.md describes the data path and the rules the engine keeps.
 
+mod beam;
+#[cfg(test)]
+mod beam_tests;
 pub mod checkpoint;
 pub mod constraint;
 #[cfg(test)]
@@ -44,7 +47,8 @@ pub use handle::{EngineConfig, EngineHandle, EventStream, SubmitError};
 pub use model::{Model, Shape, TokenRow};
 pub use reload::{ReloadMode, Swapped};
 pub use request::{
-    EngineError, Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest,
+    BeamOut, BeamSpec, EngineError, Event, Finish, FinishReason, PromptToken, TokenEvent,
+    ValidRequest,
 };
 pub use tokenizer::{ChatMessage, Tokenizer, TokenizerError};
 

@@ -185,3 +185,23 @@ fn clients_leaving_during_a_chunked_or_shared_prefill_free_every_slot() {
     // 38 positions of the leader's two chunks, then 49 copied.
     assert_eq!(m.prefix_hits.get(), 38 + 49);
 }
+
+#[test]
+fn requests_sharing_a_prefix_but_not_a_request_are_not_serialised() {
+    let h = engine(1, config(4));
+    let blocker = h.hold(ValidRequest::greedy(vec![1], 2));
+    let system = cycle(24);
+    let with_tail = |t: u32| {
+        let p: Vec<u32> = system.iter().copied().chain([t, t]).collect();
+        h.e.submit(ValidRequest::greedy(p, 2)).unwrap()
+    };
+    let (a, b) = (with_tail(2), with_tail(3));
+    h.release.send(()).unwrap();
+    assert_eq!(drain(a).0, chain(2, 1, 2));
+    assert_eq!(drain(b).0, chain(3, 1, 2));
+    drain(blocker);
+    let calls = h.calls.lock().unwrap();
+    // Both prompts go into the step after the held one, whole: neither waits for the other.
+    assert_eq!(rows_of(&calls[1], 1).len(), 26);
+    assert_eq!(rows_of(&calls[1], 2).len(), 26);
+}

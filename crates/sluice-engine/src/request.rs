@@ -1,5 +1,6 @@
 //! What goes into the engine (a validated request) and what comes out (events).
 
+pub use crate::beam::BeamSpec;
 use crate::constraint::Constraint;
 use crate::sampling::SamplingParams;
 
@@ -38,6 +39,8 @@ pub struct ValidRequest {
     /// Requests with the same key (the choices of one request) share their prompt's
     /// prefill even when `cache_prompt` is off.
     pub share: Option<u64>,
+    /// Beam search instead of sampling: the results come as one [`Event::Beams`].
+    pub beam: Option<BeamSpec>,
 }
 
 impl ValidRequest {
@@ -57,6 +60,7 @@ impl ValidRequest {
             prompt_logprobs: None,
             cache_prompt: true,
             share: None,
+            beam: None,
         }
     }
 }
@@ -108,6 +112,19 @@ pub struct PromptToken {
     pub top: Vec<(u32, f32)>,
 }
 
+/// One finished beam-search hypothesis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BeamOut {
+    /// Its text (stop strings and end tokens not included).
+    pub text: String,
+    /// Its tokens with their raw log-probabilities (an end token last, `is_end` set).
+    pub tokens: Vec<TokenEvent>,
+    /// Why it ended.
+    pub reason: FinishReason,
+    /// Its length-penalised score.
+    pub score: f64,
+}
+
 /// Totals reported when a sequence finishes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finish {
@@ -132,6 +149,8 @@ pub struct Finish {
 pub enum Event {
     /// The prompt's tokens and log-probabilities, when asked for; before any token.
     Prompt(Vec<PromptToken>),
+    /// A beam search's `n` best hypotheses, best first; `Done` follows.
+    Beams(Vec<BeamOut>),
     /// A token was generated.
     Token(TokenEvent),
     /// The sequence finished; nothing follows.

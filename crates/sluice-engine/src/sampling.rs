@@ -96,7 +96,7 @@ pub fn scores(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
 }
 
 /// Indices of the `k` largest values, best first, ties broken by lower index.
-fn best(values: &[f32], k: usize) -> Vec<usize> {
+pub(crate) fn best(values: &[f32], k: usize) -> Vec<usize> {
     let k = k.min(values.len());
     if k == 0 {
         return Vec::new();
@@ -225,6 +225,9 @@ impl<'a> Ranked<'a> {
     }
 }
 
+/// Bins of the draw's mass histogram (1/8 nat each; the last takes everything further).
+const BINS: usize = 512;
+
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
 /// sampling with `u` in candidate order (best first, ties by index). The candidates are
 /// walked in that order only as far as the draw needs (docs/ARCHITECTURE.md, "Sampling").
@@ -242,13 +245,37 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
         .min_by(|a, b| Ranked::order(logits, **a, **b))
         .expect("at least one candidate");
     let max = logits[best];
-    let weight = |i: usize| (((logits[i] - max) / t) as f64).exp();
-    let total: f64 = cand.iter().map(|&i| weight(i)).sum();
-    let prob = |i: usize| weight(i) / total;
+    // Each candidate's weight once, and its mass per bin of 1/8 nat below the best.
+    let mut weights = vec![0f64; n];
+    let mut bins = [0f64; BINS];
+    let bin = |i: usize| ((((max - logits[i]) / t) * 8.0) as usize).min(BINS - 1);
+    for &i in &cand {
+        let w = (((logits[i] - max) / t) as f64).exp();
+        weights[i] = w;
+        bins[bin(i)] += w;
+    }
+    let total: f64 = cand.iter().map(|&i| weights[i]).sum();
+    let prob = |i: usize| weights[i] / total;
+    // The walk below needs the best candidates up to `need` of the mass (top-p's cut, or
+    // the draw's target): those of the bins reaching it, plus one more bin, are a prefix of
+    // the order (a lower bin holds only lower logits) and are sorted at once; the lazy
+    // ranking takes over if rounding makes the walk go further.
+    let need = if p.top_p < 1.0 { p.top_p as f64 } else { u } * total;
+    let mut acc = 0.0;
+    let last = bins
+        .iter()
+        .position(|&m| {
+            acc += m;
+            acc >= need
+        })
+        .map_or(BINS - 1, |b| (b + 1).min(BINS - 1));
+    let (mut sorted, rest): (Vec<usize>, Vec<usize>) =
+        cand.into_iter().partition(|&i| bin(i) <= last);
+    sorted.sort_by(|a, b| Ranked::order(logits, *a, *b));
     let mut ranked = Ranked {
         logits,
-        rest: cand,
-        sorted: Vec::new(),
+        rest,
+        sorted,
     };
     // How many of the best candidates are kept, and their probability mass.
     let mut keep = k;

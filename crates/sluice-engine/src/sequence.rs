@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::beam::BeamSearch;
 use crate::constraint::Guide;
 use crate::handle::EventSender;
 use crate::metrics::Metrics;
@@ -16,6 +17,10 @@ pub(crate) struct Sequence {
     /// The slab row it owns; dropping the sequence frees it. Declared first, so it is
     /// dropped (the slot freed) before `tx` ends the request's count in flight.
     pub lease: SlotLease,
+    /// A beam search's other slots, freed with it.
+    pub(crate) extra: Vec<SlotLease>,
+    /// A beam search's state.
+    pub(crate) beams: Option<BeamSearch>,
     /// The request.
     pub req: ValidRequest,
     /// Where its events go; closed when the client left.
@@ -37,6 +42,8 @@ pub(crate) struct Sequence {
     pub(crate) grammar_error: Option<String>,
     /// Positions of its slot whose keys and values are written (reused or computed).
     pub computed: usize,
+    /// Tokens of the hypotheses a beam search returned (its completion tokens).
+    beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
     pub prompt_scores: Vec<PromptToken>,
 }
@@ -75,9 +82,12 @@ impl Sequence {
             None => Vec::new(),
         };
         Self {
+            extra: Vec::new(),
+            beams: None,
             guide,
             grammar_error: None,
             computed: reuse,
+            beam_tokens: 0,
             prompt_scores,
             req,
             tx,
@@ -90,6 +100,30 @@ impl Sequence {
             decoder: IncrementalDecoder::default(),
             stop: StopText::default(),
         }
+    }
+
+    /// Rows it needs in the next step: the rest of its prompt, or one per live beam, or one.
+    pub fn rows_wanted(&self) -> usize {
+        if self.is_prefilling() {
+            return self.req.prompt.len() - self.computed;
+        }
+        self.beams.as_ref().map_or(1, |b| b.live.len())
+    }
+
+    /// Ends a beam search: its results, then the final event.
+    pub(crate) fn finish_beams(&mut self, version: &str, metrics: &Metrics) {
+        let Some(search) = self.beams.take() else {
+            return;
+        };
+        let out = search.results();
+        let reason = out.first().map_or(FinishReason::Length, |b| b.reason);
+        let n: usize = out.iter().map(|b| b.tokens.len()).sum();
+        metrics.generation_tokens_total.inc_by(n as u64);
+        self.tx.send(Event::Beams(out));
+        let now = Instant::now();
+        self.first_token.get_or_insert(now);
+        self.beam_tokens = n;
+        self.finish(reason, now, version, metrics);
     }
 
     /// Whether prompt positions remain to be computed.
@@ -192,7 +226,7 @@ impl Sequence {
 
     /// Sends the final event and counts the request.
     fn finish(&self, reason: FinishReason, now: Instant, version: &str, metrics: &Metrics) {
-        let n = self.generated();
+        let n = self.generated() + self.beam_tokens;
         metrics.e2e.observe((now - self.submitted).as_secs_f64());
         metrics.prompt_tokens.observe(self.req.prompt.len() as f64);
         metrics.generation_tokens.observe(n as f64);

@@ -81,6 +81,11 @@ impl StopText {
     }
 }
 
+/// Byte index of the earliest occurrence of any of `stops` in `text`.
+pub(crate) fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops.iter().filter_map(|s| text.find(s.as_str())).min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,12 +209,13 @@ pub async fn handle(
         return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
     }
     let choices = run::collect(streams, s.deadline.subscribe()).await?;
-    let copies = v.best_of.unwrap_or(v.n);
+    let copies = if v.beam { 1 } else { v.best_of.unwrap_or(v.n) };
     let finishes = run::finishes(&choices);
     run::log_summary(&finishes, copies);
     base.usage = Some(run::usage(finishes.into_iter(), copies));
     let choices = match v.best_of {
         Some(b) => run::best_of(choices, b, v.n),
+        None if v.beam => run::beam_choices(choices),
         None => choices,
     };
     for (i, c) in choices.iter().enumerate() {

@@ -9,8 +9,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use sluice_engine::{
-    EngineError, EngineHandle, Event, EventStream, Finish, PromptToken, TokenEvent, Tokenizer,
-    ValidRequest,
+    BeamOut, EngineError, EngineHandle, Event, EventStream, Finish, PromptToken, TokenEvent,
+    Tokenizer, ValidRequest,
 };
 use tokio::sync::watch;
 
@@ -31,6 +31,8 @@ pub struct Choice {
     pub finish: Finish,
     /// The prompt's scores, when asked for.
     pub prompt: Vec<PromptToken>,
+    /// A beam search's hypotheses, best first.
+    pub beams: Vec<BeamOut>,
 }
 
 /// The choices' totals, indexed as laid out (`prompt * n + i`).
@@ -54,9 +56,11 @@ pub fn submit(
 
 async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
     let (mut text, mut tokens, mut prompt) = (String::new(), Vec::new(), Vec::new());
+    let mut beams = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Prompt(p) => prompt = p,
+            Event::Beams(b) => beams = b,
             Event::Token(t) => {
                 text.push_str(&t.text);
                 tokens.push(t);
@@ -67,6 +71,7 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
                     tokens,
                     finish,
                     prompt,
+                    beams,
                 });
             }
             Event::Error(e) => return Err(e.into()),
@@ -171,6 +176,26 @@ pub fn best_of(choices: Vec<Choice>, copies: usize, n: usize) -> Vec<Choice> {
     }
 }
 
+/// A beam search's hypotheses as choices: each prompt's `n` best, in order.
+pub fn beam_choices(choices: Vec<Choice>) -> Vec<Choice> {
+    let mut out = Vec::new();
+    for c in choices {
+        for b in &c.beams {
+            let mut finish = c.finish.clone();
+            finish.reason = b.reason;
+            finish.completion_tokens = b.tokens.len();
+            out.push(Choice {
+                text: b.text.clone(),
+                tokens: b.tokens.clone(),
+                finish,
+                prompt: c.prompt.clone(),
+                beams: Vec::new(),
+            });
+        }
+    }
+    out
+}
+
 /// The text of one token, for logprob listings.
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id]).unwrap_or_default()
@@ -235,6 +260,8 @@ pub fn sse<M: ChunkMaker>(
                 };
                 let chunks = match next {
                     Some((i, Event::Prompt(p))) => maker.prompt(i, &p),
+                    // Beam searches are never streamed (validation refuses it).
+                    Some((_, Event::Beams(_))) => Vec::new(),
                     Some((i, Event::Token(t))) => maker.token(i, &t),
                     Some((i, Event::Done(f))) => {
                         let c = maker.done(i, &f);

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::Worker;
+use crate::beam::BeamSearch;
 use crate::handle::Queued;
 use crate::prefix::{place, reusable};
 use crate::request::ValidRequest;
@@ -30,23 +31,22 @@ impl Worker {
     /// Prompt tokens the next step can still take: the budget minus every decode row and
     /// every admitted prompt's remaining tokens.
     fn budget_left(&self) -> usize {
-        let taken: usize = self
-            .running
-            .iter()
-            .map(|s| (s.req.prompt.len() - s.computed).max(1))
-            .sum();
+        let taken: usize = self.running.iter().map(Sequence::rows_wanted).sum();
         self.config.max_batch_tokens.saturating_sub(taken)
     }
 
-    /// A queued request waits while a sequence it may share with is still prefilling a
-    /// prompt that begins like its own: once that prefill is done, it copies the prefix
-    /// instead of computing it again (the choices of `n`, concurrent turns of one chat).
+    /// A queued request waits while a sibling (same share key: the choices of `n`, the
+    /// candidates of `best_of`) is still prefilling their prompt: once that prefill is done
+    /// it copies the prompt instead of computing it again. Other requests never wait for
+    /// each other (that would serialise requests sharing a system prompt); they reuse what
+    /// is already written.
     fn defer(&self, q: &Queued) -> bool {
         let min = self.config.min_prefix_reuse.max(1);
-        q.req.prompt_logprobs.is_none()
+        q.req.share.is_some()
+            && q.req.prompt_logprobs.is_none()
             && self.running.iter().any(|s| {
                 s.is_prefilling()
-                    && may_share(&q.req, &s.req, self.config.prefix_reuse)
+                    && s.req.share == q.req.share
                     && reusable(&q.req.prompt, &s.req.prompt) >= min
             })
     }
@@ -61,9 +61,26 @@ impl Worker {
             if left == 0 && prefilling {
                 return;
             }
-            let open: Vec<usize> = (0..self.queue.len())
+            let mut open: Vec<usize> = (0..self.queue.len())
                 .filter(|&i| !self.defer(&self.queue[i]))
                 .collect();
+            // A beam search needs all its slots at once and is admitted alone, in queue
+            // order: nobody behind it overtakes it.
+            if let Some(at) = open.iter().position(|&i| self.queue[i].req.beam.is_some()) {
+                if at == 0 {
+                    let width = self.queue[open[0]].req.beam.map_or(1, |b| b.width);
+                    if self.pool.available() < width {
+                        return;
+                    }
+                    let q = self.queue.remove(open[0]).expect("an open entry");
+                    self.metrics
+                        .queue_time
+                        .observe(q.submitted.elapsed().as_secs_f64());
+                    self.start(q);
+                    continue;
+                }
+                open.truncate(at);
+            }
             let waiting: Vec<Waiting> = open
                 .iter()
                 .map(|&i| Waiting {
@@ -162,8 +179,21 @@ impl Worker {
         if let Some(c) = &q.req.constraint {
             m.constrained.with_label_values(&[c.kind]).inc();
         }
+        let beam = q.req.beam;
         // The queue permit drops here: the request no longer waits.
-        let s = Sequence::new(q.req, q.tx, lease, q.submitted, at.reuse);
+        let mut s = Sequence::new(q.req, q.tx, lease, q.submitted, at.reuse);
+        if let Some(spec) = beam {
+            // The other beams' slots: the least recently used free ones.
+            let mut free = self.pool.free_slots();
+            free.sort_by_key(|&f| (self.caches[f].used_at, !self.caches[f].tokens.is_empty(), f));
+            let mut slots = vec![at.slot];
+            for f in free.into_iter().take(spec.width - 1) {
+                s.extra.push(self.pool.lease_slot(f).expect("a free slot"));
+                self.caches[f].tokens.clear();
+                slots.push(f);
+            }
+            s.beams = Some(BeamSearch::new(spec, slots));
+        }
         self.running.push(s);
     }
 }

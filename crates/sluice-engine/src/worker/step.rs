@@ -72,6 +72,25 @@ impl Worker {
             if s.is_prefilling() {
                 continue;
             }
+            if let Some(search) = &s.beams {
+                // A row per live beam, each in its own slot.
+                *part = Part {
+                    logits: want.len(),
+                    n_logits: search.live.len(),
+                    rows: 0,
+                    prompt: false,
+                    samples: true,
+                };
+                for b in &search.live {
+                    want.push(rows.len());
+                    rows.push(TokenRow {
+                        token: *b.tokens.last().expect("a live beam has a token"),
+                        slot: b.slot,
+                        pos: s.req.prompt.len() + b.tokens.len() - 1,
+                    });
+                }
+                continue;
+            }
             let token = *s
                 .history
                 .generated
@@ -166,10 +185,45 @@ impl Worker {
             {
                 continue;
             }
+            if s.beams.is_some() && part.samples {
+                if self.advance_beams(&mut s, &logits[..], part.logits + part.n_logits) {
+                    sampling.push((s, None));
+                }
+                continue;
+            }
             let row = part.samples.then(|| part.logits + part.n_logits - 1);
             sampling.push((s, row));
         }
         self.sample_into(sampling, &logits);
+    }
+
+    /// One beam-search step for `s`, whose live beams' logits rows end at row `end`:
+    /// extends the beams, copies the slots the new ones need, and ends the search when it
+    /// is over. Returns whether it goes on.
+    fn advance_beams(&mut self, s: &mut Sequence, logits: &[f32], end: usize) -> bool {
+        let vocab = self.model.shape().vocab;
+        let search = s.beams.as_mut().expect("a beam search");
+        let live = search.live.len();
+        let rows: Vec<&[f32]> = (end - live..end)
+            .map(|r| &logits[r * vocab..(r + 1) * vocab])
+            .collect();
+        let lim = crate::beam::Limits {
+            prompt_len: s.req.prompt.len(),
+            max_tokens: s.req.max_tokens,
+            context: self.config.context,
+            stop_ids: &s.req.stop_ids,
+            stop_strings: &s.req.stop_strings,
+        };
+        for c in search.advance(&rows, &self.tok, &lim) {
+            self.kv.copy_prefix(c.from, c.to, c.len);
+            let tokens = self.caches[c.from].tokens.get(..c.len).map(<[u32]>::to_vec);
+            self.caches[c.to].tokens = tokens.unwrap_or_default();
+        }
+        if search.live.is_empty() {
+            s.finish_beams(&self.version, &self.metrics);
+            return false;
+        }
+        true
     }
 
     /// The model's logits for `rows`, while the grammar masks of the constrained
