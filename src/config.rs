@@ -63,9 +63,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MIN_BUCKET", default_value_t = 16)]
     pub min_bucket: usize,
     /// Tokens one forward pass carries: a row per decoding sequence plus chunks of the
-    /// prompts being prefilled (at least --slots + --min-bucket).
-    #[arg(long, env = "SLUICE_MAX_BATCH_TOKENS", default_value_t = 512)]
-    pub max_batch_tokens: usize,
+    /// prompts being prefilled (at least --slots + --min-bucket; default --slots + 32).
+    #[arg(long, env = "SLUICE_MAX_BATCH_TOKENS")]
+    pub max_batch_tokens: Option<usize>,
     /// Never reuse keys and values of earlier requests' prompts.
     #[arg(long, env = "SLUICE_NO_PREFIX_REUSE")]
     pub no_prefix_reuse: bool,
@@ -309,7 +309,10 @@ impl ServeArgs {
         };
         let timeout = seconds("request-timeout", self.request_timeout, MAX_TIMEOUT_S)?;
         let min_bucket = int("min-bucket", self.min_bucket, 1, context)?;
-        let max_batch_tokens = int("max-batch-tokens", self.max_batch_tokens, 1, BIG)?;
+        let max_batch_tokens = match self.max_batch_tokens {
+            Some(b) => int("max-batch-tokens", b, 1, BIG)?,
+            None => slots + 32.max(min_bucket),
+        };
         if max_batch_tokens < slots + min_bucket {
             return Err(ConfigError::Invalid {
                 flag: "max-batch-tokens",
@@ -465,6 +468,20 @@ mod tests {
             config(&["--slots=-3"]).is_err(),
             "clap refuses negative counts"
         );
+    }
+
+    #[test]
+    fn the_batch_budget_must_hold_every_decode_row_and_a_prompt_chunk() {
+        let e = config(&["--slots", "40", "--max-batch-tokens", "50"]).unwrap_err();
+        assert!(e.contains("--max-batch-tokens") && e.contains("50") && e.contains("40 slots"));
+        assert!(e.contains("at least 56"), "{e}");
+        let c = config(&["--slots", "40"]).unwrap();
+        assert_eq!(
+            c.engine.max_batch_tokens, 72,
+            "the default grows with the slots"
+        );
+        let c = config(&["--slots", "8", "--max-batch-tokens", "24"]).unwrap();
+        assert_eq!(c.engine.max_batch_tokens, 24);
     }
 
     #[test]

@@ -149,6 +149,7 @@ fn out_of_range_flags_are_start_up_errors() {
         ("--shutdown-grace", "NaN"),
         ("--request-timeout", "1e300"),
         ("--slots", "0"),
+        ("--max-batch-tokens", "20"),
     ] {
         let arg = format!("{flag}={value}");
         let (ok, _, err) = common::run_sluice(&["serve", "--port", "0", &arg], &[]);

@@ -199,6 +199,9 @@ struct Ranked<'a> {
     logits: &'a [f32],
     rest: Vec<usize>,
     sorted: Vec<usize>,
+    /// The rest not yet listed: every token of the vocabulary not in `sorted` (built on
+    /// first need, so most draws never list the vocabulary).
+    unlisted: bool,
 }
 
 impl<'a> Ranked<'a> {
@@ -206,9 +209,39 @@ impl<'a> Ranked<'a> {
         logits[b].total_cmp(&logits[a]).then(a.cmp(&b))
     }
 
+    /// Sorts `v` by `order` through one integer key per token (logit descending in
+    /// `total_cmp`'s order, then index), without the indirect comparisons.
+    fn sort(logits: &[f32], v: &mut [usize]) {
+        let mut keys: Vec<u64> = v
+            .iter()
+            .map(|&i| {
+                let b = logits[i].to_bits();
+                let ascending = if b >> 31 == 1 { !b } else { b | 1 << 31 };
+                (u64::from(!ascending) << 32) | i as u64
+            })
+            .collect();
+        keys.sort_unstable();
+        for (x, k) in v.iter_mut().zip(keys) {
+            *x = (k & 0xFFFF_FFFF) as usize;
+        }
+    }
+
     /// Candidate `i` in draw order, if there are that many.
+    /// The candidates after `sorted`, listed.
+    fn rest(&mut self) -> &[usize] {
+        if self.unlisted {
+            self.unlisted = false;
+            let mut listed = vec![false; self.logits.len()];
+            for &i in &self.sorted {
+                listed[i] = true;
+            }
+            self.rest = (0..self.logits.len()).filter(|&i| !listed[i]).collect();
+        }
+        &self.rest
+    }
+
     fn get(&mut self, i: usize) -> Option<usize> {
-        if i >= self.sorted.len() && !self.rest.is_empty() {
+        if i >= self.sorted.len() && !self.rest().is_empty() {
             // Grow geometrically: 64, then 4x what is sorted.
             let want = (self.sorted.len() * 4).max(64).max(i + 1);
             let take = (want - self.sorted.len()).min(self.rest.len());
@@ -218,15 +251,12 @@ impl<'a> Ranked<'a> {
                     .select_nth_unstable_by(take - 1, |a, b| Self::order(l, *a, *b));
             }
             let mut chunk: Vec<usize> = self.rest.drain(..take).collect();
-            chunk.sort_by(|a, b| Self::order(l, *a, *b));
+            Self::sort(l, &mut chunk);
             self.sorted.extend(chunk);
         }
         self.sorted.get(i).copied()
     }
 }
-
-/// Bins of the draw's mass histogram (1/8 nat each; the last takes everything further).
-const BINS: usize = 512;
 
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
 /// sampling with `u` in candidate order (best first, ties by index). The candidates are
@@ -235,48 +265,91 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     let t = p.temperature;
     let n = logits.len();
     let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
-    let mut cand: Vec<usize> = (0..n).collect();
-    if k < n {
+    let whole = k == n;
+    let mut cand: Vec<usize> = Vec::new();
+    let best = if whole {
+        // The highest logit (a vectorised pass), then the lowest index holding it.
+        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        (0..n)
+            .filter(|&i| logits[i] == m || logits[i].is_nan())
+            .min_by(|a, b| Ranked::order(logits, *a, *b))
+            .unwrap_or(0)
+    } else {
+        cand = (0..n).collect();
         cand.select_nth_unstable_by(k - 1, |a, b| Ranked::order(logits, *a, *b));
         cand.truncate(k);
-    }
-    let best = *cand
-        .iter()
-        .min_by(|a, b| Ranked::order(logits, **a, **b))
-        .expect("at least one candidate");
-    let max = logits[best];
-    // Each candidate's weight once, and its mass per bin of 1/8 nat below the best.
-    let mut weights = vec![0f64; n];
-    let mut bins = [0f64; BINS];
-    let bin = |i: usize| ((((max - logits[i]) / t) * 8.0) as usize).min(BINS - 1);
-    for &i in &cand {
-        let w = (((logits[i] - max) / t) as f64).exp();
-        weights[i] = w;
-        bins[bin(i)] += w;
-    }
-    let total: f64 = cand.iter().map(|&i| weights[i]).sum();
-    let prob = |i: usize| weights[i] / total;
-    // The walk below needs the best candidates up to `need` of the mass (top-p's cut, or
-    // the draw's target): those of the bins reaching it, plus one more bin, are a prefix of
-    // the order (a lower bin holds only lower logits) and are sorted at once; the lazy
-    // ranking takes over if rounding makes the walk go further.
-    let need = if p.top_p < 1.0 { p.top_p as f64 } else { u } * total;
-    let mut acc = 0.0;
-    let last = bins
-        .iter()
-        .position(|&m| {
-            acc += m;
-            acc >= need
-        })
-        .map_or(BINS - 1, |b| (b + 1).min(BINS - 1));
-    let (mut sorted, rest): (Vec<usize>, Vec<usize>) =
-        cand.into_iter().partition(|&i| bin(i) <= last);
-    sorted.sort_by(|a, b| Ranked::order(logits, *a, *b));
-    let mut ranked = Ranked {
-        logits,
-        rest,
-        sorted,
+        *cand
+            .iter()
+            .min_by(|a, b| Ranked::order(logits, **a, **b))
+            .expect("at least one candidate")
     };
+    let max = logits[best];
+    // Weights exp((l - max) / t) in f32 (the vectorised exp), the normaliser in f64.
+    let mut w = vec![0f32; if whole { n } else { 0 }];
+    let total: f64 = if whole {
+        let mut sums = [0f64; 8];
+        for (wc, lc) in w.chunks_mut(8).zip(logits.chunks(8)) {
+            for ((wi, l), s) in wc.iter_mut().zip(lc).zip(sums.iter_mut()) {
+                // A forbidden token (-inf) weighs exactly nothing.
+                let e = exp_fast((l - max) / t);
+                *wi = if *l == f32::NEG_INFINITY { 0.0 } else { e };
+                *s += *wi as f64;
+            }
+        }
+        sums.iter().sum()
+    } else {
+        cand.iter()
+            .map(|&i| match logits[i] {
+                f32::NEG_INFINITY => 0.0,
+                l => exp_fast((l - max) / t) as f64,
+            })
+            .sum()
+    };
+    let weight = |i: usize| {
+        if whole {
+            w[i] as f64
+        } else if logits[i] == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp_fast((logits[i] - max) / t) as f64
+        }
+    };
+    let prob = |i: usize| weight(i) / total;
+    let mut ranked = if whole {
+        // The walk below needs the best tokens up to `need` of the mass (top-p's cut, or
+        // the draw's target). The tokens within 2, 4, 8, ... nats (x t) of the best are a
+        // prefix of the order; the first such set holding `need` is sorted at once, and the
+        // lazy ranking takes over if rounding makes the walk go further.
+        let need = if p.top_p < 1.0 { p.top_p as f64 } else { u } * total * (1.0 + 1e-9);
+        let mut floor = f32::NEG_INFINITY;
+        for d in [2.0f32, 4.0, 8.0, 16.0, 32.0] {
+            let cut = max - d * t;
+            let mut sums = [0f64; 8];
+            for (wc, lc) in w.chunks(8).zip(logits.chunks(8)) {
+                for ((wi, l), s) in wc.iter().zip(lc).zip(sums.iter_mut()) {
+                    *s += if *l >= cut { *wi as f64 } else { 0.0 };
+                }
+            }
+            if sums.iter().sum::<f64>() >= need {
+                floor = cut;
+                break;
+            }
+        }
+        Ranked {
+            logits,
+            sorted: (0..n).filter(|&i| logits[i] >= floor).collect(),
+            rest: Vec::new(),
+            unlisted: true,
+        }
+    } else {
+        Ranked {
+            logits,
+            sorted: cand,
+            rest: Vec::new(),
+            unlisted: false,
+        }
+    };
+    Ranked::sort(logits, &mut ranked.sorted);
     // How many of the best candidates are kept, and their probability mass.
     let mut keep = k;
     let mut kept_mass = None;
@@ -297,6 +370,7 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
         // Probabilities fall along the order, so the kept prefix is every candidate at or
         // above the floor.
         let floor = prob(best) * p.min_p as f64;
+        ranked.rest();
         let above = ranked
             .sorted
             .iter()
@@ -315,14 +389,21 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     };
     let target = u * mass;
     let mut acc = 0.0;
+    // If rounding leaves the target past the last sum, the last candidate that has any
+    // probability is the answer (never a forbidden one).
+    let mut last = best;
     for i in 0..keep {
         let c = ranked.get(i).expect("kept candidates exist");
-        acc += prob(c);
+        let q = prob(c);
+        acc += q;
+        if q > 0.0 {
+            last = c;
+        }
         if target < acc {
             return c as u32;
         }
     }
-    ranked.get(keep - 1).expect("kept candidates exist") as u32
+    last as u32
 }
 
 #[cfg(test)]
@@ -338,7 +419,7 @@ mod tests {
         let max = logits[cand[0]];
         let mut probs: Vec<f64> = cand
             .iter()
-            .map(|&i| (((logits[i] - max) / t) as f64).exp())
+            .map(|&i| exp_fast((logits[i] - max) / t) as f64)
             .collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= total);
