@@ -482,6 +482,10 @@ mod tests {
         );
         let c = config(&["--slots", "8", "--max-batch-tokens", "24"]).unwrap();
         assert_eq!(c.engine.max_batch_tokens, 24);
+        assert!(c.engine.prefix_reuse);
+        let c = config(&["--no-prefix-reuse", "--min-prefix-reuse", "64"]).unwrap();
+        assert!(!c.engine.prefix_reuse);
+        assert_eq!(c.engine.min_prefix_reuse, 64);
     }
 
     #[test]

@@ -205,3 +205,35 @@ fn requests_sharing_a_prefix_but_not_a_request_are_not_serialised() {
     assert_eq!(rows_of(&calls[1], 1).len(), 26);
     assert_eq!(rows_of(&calls[1], 2).len(), 26);
 }
+
+#[test]
+fn with_prefix_reuse_off_only_siblings_share() {
+    let h = engine(
+        1,
+        EngineConfig {
+            prefix_reuse: false,
+            ..config(2)
+        },
+    );
+    h.release.send(()).unwrap();
+    let prompt = cycle(20);
+    drain(h.e.submit(ValidRequest::greedy(prompt.clone(), 2)).unwrap());
+    let n0 = h.calls.lock().unwrap().len();
+    drain(h.e.submit(ValidRequest::greedy(prompt.clone(), 2)).unwrap());
+    assert_eq!(
+        h.calls.lock().unwrap()[n0].len(),
+        20,
+        "the repeat computes its prompt"
+    );
+    assert_eq!(h.e.metrics().prefix_hits.get(), 0);
+    // The choices of one request still share their prefill.
+    let choice = || {
+        let mut r = ValidRequest::greedy(prompt.clone(), 2);
+        r.share = Some(5);
+        h.e.submit(r).unwrap()
+    };
+    let (a, b) = (choice(), choice());
+    drain(a);
+    drain(b);
+    assert_eq!(h.e.metrics().prefix_hits.get(), 19);
+}
