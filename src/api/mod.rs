@@ -5,12 +5,15 @@
 pub mod admin;
 pub mod scoring;
 pub mod structured;
+pub mod tokens;
 pub mod tools;
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+pub use tokens::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
 /// `prompt`: a string, strings, token ids, or arrays of token ids.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
@@ -205,28 +208,6 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// The sum.
     pub total_tokens: usize,
-}
-
-/// `POST /tokenize`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-pub struct TokenizeRequest {
-    /// Model id (optional).
-    pub model: Option<String>,
-    /// Text to tokenize.
-    pub prompt: Option<String>,
-    /// Or a conversation, rendered through the chat template.
-    pub messages: Option<Vec<WireMessage>>,
-    /// `false`: no BOS token is added (default true, as for prompts).
-    pub add_special_tokens: Option<bool>,
-}
-
-/// `POST /detokenize`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-pub struct DetokenizeRequest {
-    /// Model id (optional).
-    pub model: Option<String>,
-    /// Token ids.
-    pub tokens: Vec<u32>,
 }
 
 /// `logprobs` of a completions choice (the legacy format).
@@ -425,24 +406,6 @@ pub struct ModelList {
     pub object: &'static str,
     /// The served model.
     pub data: Vec<ModelCard>,
-}
-
-/// `POST /tokenize` response.
-#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
-pub struct TokenizeResponse {
-    /// Number of tokens.
-    pub count: usize,
-    /// Context length per sequence.
-    pub max_model_len: usize,
-    /// Token ids.
-    pub tokens: Vec<u32>,
-}
-
-/// `POST /detokenize` response.
-#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
-pub struct DetokenizeResponse {
-    /// The text of the tokens.
-    pub prompt: String,
 }
 
 /// The detail of an error.

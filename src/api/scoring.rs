@@ -1,4 +1,4 @@
-//! Prompt scoring on the wire: vLLM's `prompt_logprobs` and `GET /tokenizer_info`.
+//! Prompt scoring on the wire: vLLM's `prompt_logprobs`.
 
 use std::collections::HashMap;
 
@@ -19,19 +19,3 @@ pub struct PromptLogprob {
 /// Per prompt position (the first is null): token id (a string) to its score; the prompt's
 /// own token and the asked-for number of best alternatives.
 pub type PromptLogprobs = Vec<Option<HashMap<String, PromptLogprob>>>;
-
-/// `GET /tokenizer_info`: what a remote-tokenizer client (lm-evaluation-harness's
-/// `tokenizer_backend=remote`) needs besides `/tokenize` and `/detokenize`.
-#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
-pub struct TokenizerInfo {
-    /// Text of the end-of-sequence token.
-    pub eos_token: Option<String>,
-    /// Text of the beginning-of-sequence token.
-    pub bos_token: Option<String>,
-    /// Whether prompts get the BOS token.
-    pub add_bos_token: bool,
-    /// Context length per sequence.
-    pub model_max_length: usize,
-    /// The chat template's source, when the model has one.
-    pub chat_template: Option<String>,
-}

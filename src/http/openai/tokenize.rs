@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 
-use crate::api::scoring::TokenizerInfo;
+use crate::api::tokens::TokenizerInfo;
 use crate::api::{
     DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
 };

@@ -1,0 +1,75 @@
+//! Unit tests of `config.rs`: flag ranges and where the values land.
+
+use clap::Parser;
+
+use super::*;
+
+#[derive(Parser)]
+struct Wrap {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+fn config(flags: &[&str]) -> Result<Config, String> {
+    let mut argv = vec!["sluice"];
+    argv.extend_from_slice(flags);
+    let w = Wrap::try_parse_from(argv).map_err(|e| e.to_string())?;
+    w.args.config().map_err(|e| e.to_string())
+}
+
+#[test]
+fn out_of_range_values_name_their_flag() {
+    for (flags, needle) in [
+        (&["--shutdown-grace=-1"][..], "--shutdown-grace -1"),
+        (&["--shutdown-grace", "NaN"], "--shutdown-grace NaN"),
+        (&["--request-timeout", "1e300"], "--request-timeout"),
+        (&["--request-timeout", "inf"], "--request-timeout"),
+        (&["--slots", "0"], "--slots 0"),
+        (&["--context", "1"], "--context 1"),
+        (
+            &["--max-new-tokens", "5000", "--context", "4096"],
+            "--max-new-tokens 5000",
+        ),
+        (&["--min-bucket", "0"], "--min-bucket"),
+        (&["--max-n", "0"], "--max-n"),
+        (&["--max-body-bytes", "10"], "--max-body-bytes"),
+        (&["--device", "cuda"], "--device"),
+    ] {
+        let e = config(flags).expect_err(needle);
+        assert!(e.contains(needle), "{flags:?}: {e}");
+    }
+    assert!(
+        config(&["--slots=-3"]).is_err(),
+        "clap refuses negative counts"
+    );
+}
+
+#[test]
+fn the_batch_budget_must_hold_every_decode_row_and_a_prompt_chunk() {
+    let e = config(&["--slots", "40", "--max-batch-tokens", "50"]).unwrap_err();
+    assert!(e.contains("--max-batch-tokens") && e.contains("50") && e.contains("40 slots"));
+    assert!(e.contains("at least 56"), "{e}");
+    let c = config(&["--slots", "40"]).unwrap();
+    assert_eq!(
+        c.engine.max_batch_tokens, 72,
+        "the default grows with the slots"
+    );
+    let c = config(&["--slots", "8", "--max-batch-tokens", "24"]).unwrap();
+    assert_eq!(c.engine.max_batch_tokens, 24);
+    assert!(c.engine.prefix_reuse);
+    let c = config(&["--no-prefix-reuse", "--min-prefix-reuse", "64"]).unwrap();
+    assert!(!c.engine.prefix_reuse);
+    assert_eq!(c.engine.min_prefix_reuse, 64);
+}
+
+#[test]
+fn zero_means_the_context_and_limits_land_in_their_sections() {
+    let c = config(&["--context", "512", "--max-new-tokens", "16"]).unwrap();
+    assert_eq!(c.limits.max_new_tokens, 16);
+    assert_eq!(c.limits.max_prompt_tokens, 512);
+    assert_eq!(c.engine.context, 512);
+    assert_eq!(c.engine.request_timeout, Some(Duration::from_secs(600)));
+    let c = config(&["--request-timeout", "0"]).unwrap();
+    assert_eq!(c.engine.request_timeout, None);
+    assert!(c.admin.is_none());
+}
