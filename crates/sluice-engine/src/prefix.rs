@@ -25,6 +25,12 @@ pub struct Placement {
     pub copy_from: Option<usize>,
 }
 
+/// Eviction order of free slot `s`: least recently used first, never-used slots before
+/// cached ones, lowest number on ties.
+pub fn lru_key(caches: &[SlotCache], s: usize) -> (u64, bool, usize) {
+    (caches[s].used_at, !caches[s].tokens.is_empty(), s)
+}
+
 /// Length of the common prefix of `a` and `b`.
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -52,9 +58,7 @@ pub fn place(
     reuse_free: bool,
     share: Option<u64>,
 ) -> Option<Placement> {
-    let lru = *free
-        .iter()
-        .min_by_key(|&&s| (caches[s].used_at, !caches[s].tokens.is_empty(), s))?;
+    let lru = *free.iter().min_by_key(|&&s| lru_key(caches, s))?;
     let min = min_reuse.max(1);
     let best_free = free
         .iter()

@@ -143,18 +143,25 @@ pub fn prompt_logprobs(tok: &Tokenizer, p: &[PromptToken], k: usize) -> PromptLo
     p.iter()
         .map(|t| {
             let logprob = t.logprob?;
-            let entry = |rank, logprob| PromptLogprob {
-                logprob,
-                rank,
-                decoded_token: token_text(tok, t.id),
+            let entry = |id: u32, rank, logprob| {
+                let decoded_token = token_text(tok, id);
+                (
+                    id.to_string(),
+                    PromptLogprob {
+                        logprob,
+                        rank,
+                        decoded_token,
+                    },
+                )
             };
-            let mut m = HashMap::new();
-            for (r, &(id, l)) in t.top.iter().take(k).enumerate() {
-                let mut e = entry(r + 1, l);
-                e.decoded_token = token_text(tok, id);
-                m.insert(id.to_string(), e);
-            }
-            m.insert(t.id.to_string(), entry(t.rank, logprob));
+            let mut m: HashMap<_, _> = t
+                .top
+                .iter()
+                .take(k)
+                .enumerate()
+                .map(|(r, &(id, l))| entry(id, r + 1, l))
+                .collect();
+            m.extend([entry(t.id, t.rank, logprob)]);
             Some(m)
         })
         .collect()

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::Worker;
 use crate::beam::BeamSearch;
 use crate::handle::Queued;
-use crate::prefix::{place, reusable};
+use crate::prefix::{lru_key, place, reusable};
 use crate::request::ValidRequest;
 use crate::scheduler::{Buckets, Waiting, plan};
 use crate::sequence::Sequence;
@@ -185,7 +185,7 @@ impl Worker {
         if let Some(spec) = beam {
             // The other beams' slots: the least recently used free ones.
             let mut free = self.pool.free_slots();
-            free.sort_by_key(|&f| (self.caches[f].used_at, !self.caches[f].tokens.is_empty(), f));
+            free.sort_by_key(|&f| lru_key(&self.caches, f));
             let mut slots = vec![at.slot];
             for f in free.into_iter().take(spec.width - 1) {
                 s.extra.push(self.pool.lease_slot(f).expect("a free slot"));
