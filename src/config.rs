@@ -136,6 +136,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
+    /// Do not serve the chat page at `/`.
+    #[arg(long, env = "SLUICE_NO_UI")]
+    pub no_ui: bool,
     /// Token required as `Authorization: Bearer <token>` on `/admin/*`; without one the
     /// admin routes do not exist.
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
@@ -233,6 +236,8 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// `--tool-call-parser` (`None`: from the chat template).
     pub tool_parser: Option<crate::tools::ToolFormat>,
+    /// Serve the chat page at `/`.
+    pub ui: bool,
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
     pub shutdown_grace: Duration,
 }
@@ -358,6 +363,7 @@ impl ServeArgs {
                     }
                 })?),
             },
+            ui: !self.no_ui,
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
         };
         let admin = self

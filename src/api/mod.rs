@@ -3,6 +3,8 @@
 //! into engine requests.
 
 pub mod admin;
+pub mod anthropic;
+pub mod responses;
 pub mod scoring;
 pub mod structured;
 pub mod tokens;

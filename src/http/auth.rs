@@ -1,4 +1,5 @@
-//! Bearer-token checks: API keys on the OpenAI and tokenizer routes (when configured),
+//! Bearer-token checks: API keys on the OpenAI, Anthropic and tokenizer routes (when
+//! configured; Anthropic's `x-api-key` header is taken like a bearer token),
 //! the admin token on `/admin/*`. Tokens are compared in constant time.
 
 use axum::extract::{Request, State};
@@ -23,6 +24,18 @@ pub fn bearer(req: &Request) -> &str {
         .unwrap_or("")
 }
 
+/// The API key of a request: its bearer token, else Anthropic's `x-api-key` header.
+pub fn api_key_of(req: &Request) -> &str {
+    match bearer(req) {
+        "" => req
+            .headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        key => key,
+    }
+}
+
 /// Requires one of the configured API keys (no keys configured: open).
 pub async fn api_key(
     State(s): State<AppState>,
@@ -30,7 +43,7 @@ pub async fn api_key(
     next: Next,
 ) -> Result<Response, ApiError> {
     if !s.api_keys.is_empty() {
-        let given = bearer(&req).as_bytes();
+        let given = api_key_of(&req).as_bytes();
         // Every key is compared, so the time does not tell which one nearly matched.
         let ok = s
             .api_keys
@@ -38,7 +51,7 @@ pub async fn api_key(
             .fold(false, |ok, k| same(given, k.as_bytes()) | ok);
         if !ok {
             return Err(HttpError::Unauthorized(
-                "missing or invalid API key: send Authorization: Bearer <key>",
+                "missing or invalid API key: send Authorization: Bearer <key> (or x-api-key: <key>)",
             )
             .into());
         }

@@ -4,9 +4,12 @@ pub mod admin;
 pub mod auth;
 pub mod health;
 pub mod json;
+pub mod messages;
 pub mod openai;
 pub mod openapi;
 pub mod request_id;
+pub mod responses;
+pub mod ui;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +23,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use utoipa::OpenApi;
-use utoipa_scalar::{Scalar, Servable};
 
 use sluice_engine::{EngineHandle, Grammars, Tokenizer};
 use tokio::sync::watch;
@@ -60,6 +62,8 @@ pub struct AppState {
     pub grammars: Option<Arc<Grammars>>,
     /// `--tool-call-parser` (`None`: from the chat template).
     pub tool_parser: Option<crate::tools::ToolFormat>,
+    /// Serve the chat page at `/` (off with `--no-ui`).
+    pub ui: bool,
 }
 
 impl AppState {
@@ -80,6 +84,7 @@ impl AppState {
         Self {
             grammars,
             tool_parser: None,
+            ui: true,
             http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
             tokenizer,
@@ -146,14 +151,31 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
         .route("/tokenizer_info", get(openai::tokenize::info))
+        .route("/v1/responses", post(responses::handle))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::api_key,
         ));
+    // Anthropic's API: the same keys (also as `x-api-key`), every error in its shape.
+    let anthropic = Router::new()
+        .route("/v1/messages", post(messages::handle))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::api_key,
+        ))
+        .route_layer(axum::middleware::from_fn(messages::errors));
     let cors = cors(&state.cors_origins);
+    let chat_page = match state.ui {
+        true => ui::chat_routes(),
+        false => Router::new(),
+    };
     Router::new()
         .merge(admin)
         .merge(api)
+        .merge(anthropic)
+        .merge(chat_page)
+        .merge(ui::docs_routes())
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(health::metrics))
@@ -161,7 +183,6 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             "/openapi.json",
             get(|| async { axum::Json(openapi::ApiDoc::openapi()) }),
         )
-        .merge(Scalar::with_url("/docs", openapi::ApiDoc::openapi()))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             health::track,
@@ -204,6 +225,9 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::AUTHORIZATION,
             header::CONTENT_TYPE,
             HeaderName::from_static("x-request-id"),
+            HeaderName::from_static("x-api-key"),
+            HeaderName::from_static("anthropic-version"),
+            HeaderName::from_static("anthropic-beta"),
         ])
         .expose_headers([HeaderName::from_static("x-request-id")])
 }

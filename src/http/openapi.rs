@@ -1,9 +1,9 @@
 //! The OpenAPI description of every route and wire type (utoipa), served at
-//! `/openapi.json` with a browsable page at `/docs`.
+//! `/openapi.json` with a browsable page at `/docs` (served from the binary: `ui.rs`).
 
 use utoipa::OpenApi;
 
-use super::{admin, health, openai};
+use super::{admin, health, messages, openai, responses};
 use crate::api::admin::{CheckpointInfo, Mode, ReloadRequest, ReloadResponse, WeightsInfo};
 use crate::api::*;
 
@@ -23,6 +23,9 @@ use crate::api::*;
         openai::tokenize::tokenize,
         openai::tokenize::detokenize,
         openai::tokenize::info,
+        responses::handle,
+        messages::handle,
+        messages::count_tokens,
         health::health,
         health::ready,
         health::metrics,
@@ -41,6 +44,7 @@ use crate::api::*;
     modifiers(&AdminToken),
     tags(
         (name = "openai", description = "OpenAI-compatible endpoints"),
+        (name = "anthropic", description = "Anthropic's Messages API"),
         (name = "tokens", description = "Tokenizer endpoints (vLLM's shapes)"),
         (name = "operations", description = "Health, readiness and metrics"),
         (name = "admin", description = "Weight reload (only with --admin-token)"),

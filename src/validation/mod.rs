@@ -2,7 +2,9 @@
 //! here, against every request limit of the server, and either honoured or refused with
 //! an error that names it (docs/ARCHITECTURE.md, "One way down").
 
+pub mod anthropic;
 mod params;
+pub mod responses;
 mod structured;
 mod tools;
 
@@ -290,6 +292,22 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationErro
             Ok(ChatMessage::text(&m.role, &content))
         })
         .collect()
+}
+
+/// The number of tokens of a conversation's rendered prompt (tools included), whatever
+/// the context size: what `count_tokens` answers.
+pub fn prompt_tokens(
+    r: &ChatRequest,
+    tok: &Tokenizer,
+    grammars: Option<&Grammars>,
+    tool_parser: Option<crate::tools::ToolFormat>,
+    served: &str,
+) -> Result<usize, ValidationError> {
+    check_model(r.common.model.as_deref(), served)?;
+    let mut msgs = messages(&r.messages)?;
+    tools::history(&r.messages, &mut msgs)?;
+    let plan = tools::plan(r, &msgs, tok, grammars, tool_parser)?;
+    Ok(tok.encode(&plan.text)?.len())
 }
 
 /// Validates `POST /v1/chat/completions`.

@@ -1,4 +1,5 @@
 """Starts a real sluice server on 127.0.0.1:<free port> with the real model."""
+import contextlib
 import os
 import socket
 import subprocess
@@ -15,32 +16,45 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def base_url():
+@contextlib.contextmanager
+def serve(*args):
+    """A sluice server with these extra flags, on a free port; yields its base URL once
+    it answers (any status: a server with --api-key answers 401 to /v1/models)."""
     binary = os.environ["SLUICE_BIN"]
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "serve", "--port", str(port), "--slots", "8", "--context", "1024"],
+        [binary, "serve", "--port", str(port), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError("sluice exited: " + proc.stderr.read().decode())
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("sluice exited: " + proc.stderr.read().decode())
+            try:
+                if httpx.get(url + "/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("sluice did not start in time")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
         try:
-            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.time() > deadline:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            raise RuntimeError("sluice did not start in time")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def base_url():
+    with serve("--slots", "8", "--context", "1024") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

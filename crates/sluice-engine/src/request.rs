@@ -142,6 +142,8 @@ pub struct Finish {
     pub queue_seconds: f64,
     /// Seconds from arrival to the first token.
     pub ttft_seconds: f64,
+    /// The stop string that ended it (`None`: an end token, a stop id, or the length).
+    pub stop_string: Option<String>,
 }
 
 /// What a request's stream carries.

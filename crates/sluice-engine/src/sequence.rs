@@ -36,6 +36,8 @@ pub(crate) struct Sequence {
     last_token: Option<Instant>,
     decoder: IncrementalDecoder,
     stop: StopText,
+    /// The stop string that ended the sequence, if one did.
+    matched_stop: Option<String>,
     /// The grammar's matcher, for constrained requests.
     pub(crate) guide: Option<Guide>,
     /// Why its grammar failed while computing the next mask.
@@ -99,6 +101,7 @@ impl Sequence {
             last_token: None,
             decoder: IncrementalDecoder::default(),
             stop: StopText::default(),
+            matched_stop: None,
         }
     }
 
@@ -189,6 +192,7 @@ impl Sequence {
             match self.stop.push(&delta, stops) {
                 Release::Stopped(t) => {
                     finish = Some(FinishReason::Stop);
+                    self.matched_stop = self.stop.matched(stops).cloned();
                     t
                 }
                 Release::Text(t) => t,
@@ -242,6 +246,7 @@ impl Sequence {
             seed: self.req.params.seed,
             queue_seconds: (self.admitted - self.submitted).as_secs_f64(),
             ttft_seconds: (self.first_token.unwrap_or(now) - self.submitted).as_secs_f64(),
+            stop_string: self.matched_stop.clone(),
         }));
     }
 }

@@ -26,6 +26,16 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
 }
 
 impl StopText {
+    /// After `push` returned `Stopped`: the stop string that matched (the longest of those
+    /// starting where the released text ends).
+    pub fn matched<'a>(&self, stops: &'a [String]) -> Option<&'a String> {
+        let rest = &self.text[self.released..];
+        stops
+            .iter()
+            .filter(|s| !s.is_empty() && rest.starts_with(s.as_str()))
+            .max_by_key(|s| s.len())
+    }
+
     /// Appends `delta`, checks `stops`, and returns what may be released.
     pub fn push(&mut self, delta: &str, stops: &[String]) -> Release {
         let longest = stops.iter().map(String::len).max().unwrap_or(0);
@@ -105,6 +115,15 @@ mod tests {
         }
         out.push(st.flush());
         (out, false)
+    }
+
+    #[test]
+    fn the_matched_stop_string_is_named() {
+        let stops: Vec<String> = ["END", "ND!", "X"].iter().map(|s| s.to_string()).collect();
+        let mut st = StopText::default();
+        assert_eq!(st.push("abc E", &stops), Release::Text("abc ".into()));
+        assert_eq!(st.push("ND! more", &stops), Release::Stopped("".into()));
+        assert_eq!(st.matched(&stops).map(String::as_str), Some("END"));
     }
 
     #[test]

@@ -3,5 +3,5 @@
 pub mod chat;
 pub mod completions;
 pub mod models;
-mod run;
+pub mod run;
 pub mod tokenize;

@@ -208,6 +208,11 @@ pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id]).unwrap_or_default()
 }
 
+/// A new object id in the Responses and Anthropic style: `resp_…`, `msg_…`, `toolu_…`.
+pub fn object_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
 /// A new request id with the given prefix.
 pub fn request_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
@@ -229,15 +234,87 @@ pub trait ChunkMaker: Send + 'static {
     fn usage(&mut self, u: Usage) -> String;
 }
 
+/// What a streaming endpoint sends for each engine event, as whole SSE events (named or
+/// not). OpenAI's chat and completions chunks come through [`ChunkMaker`]; the Responses
+/// and Messages APIs implement this directly.
+pub trait EventMaker: Send + 'static {
+    /// Events sent before any token.
+    fn start(&mut self) -> Vec<SseEvent>;
+    /// Events for the scored prompt of choice `index`.
+    fn prompt(&mut self, index: usize, p: &[PromptToken]) -> Vec<SseEvent>;
+    /// Events for a token of choice `index`.
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<SseEvent>;
+    /// Events closing choice `index`.
+    fn done(&mut self, index: usize, f: &Finish) -> Vec<SseEvent>;
+    /// Events after every choice finished, given the totals.
+    fn end(&mut self, u: Usage) -> Vec<SseEvent>;
+    /// The one event sent when the request fails mid-stream; the stream then ends.
+    fn error(&mut self, e: ApiError) -> SseEvent;
+}
+
+/// OpenAI's framing of a [`ChunkMaker`]: unnamed `data:` events, an optional usage chunk,
+/// `data: [DONE]`, errors as an error body.
+struct OpenAiFrames<M> {
+    maker: M,
+    include_usage: bool,
+}
+
+fn data(chunks: Vec<String>) -> Vec<SseEvent> {
+    chunks
+        .into_iter()
+        .map(|c| SseEvent::default().data(c))
+        .collect()
+}
+
+impl<M: ChunkMaker> EventMaker for OpenAiFrames<M> {
+    fn start(&mut self) -> Vec<SseEvent> {
+        data(self.maker.start())
+    }
+    fn prompt(&mut self, index: usize, p: &[PromptToken]) -> Vec<SseEvent> {
+        data(self.maker.prompt(index, p))
+    }
+    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<SseEvent> {
+        data(self.maker.token(index, t))
+    }
+    fn done(&mut self, index: usize, f: &Finish) -> Vec<SseEvent> {
+        data(self.maker.done(index, f))
+    }
+    fn end(&mut self, u: Usage) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if self.include_usage {
+            out.push(SseEvent::default().data(self.maker.usage(u)));
+        }
+        out.push(SseEvent::default().data("[DONE]"));
+        out
+    }
+    fn error(&mut self, e: ApiError) -> SseEvent {
+        SseEvent::default().data(e.body().to_string())
+    }
+}
+
 /// Streams every choice as SSE: the maker's chunks, an optional usage chunk, then
-/// `data: [DONE]`. An engine error, or the shutdown deadline, becomes one error chunk,
-/// then the stream ends. When the client goes away the pump stops and drops the event
-/// streams, cancelling the requests.
+/// `data: [DONE]` (see [`events`]).
 pub fn sse<M: ChunkMaker>(
+    streams: Vec<EventStream>,
+    maker: M,
+    n: usize,
+    include_usage: bool,
+    shutdown: watch::Receiver<bool>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let frames = OpenAiFrames {
+        maker,
+        include_usage,
+    };
+    events(streams, frames, n, shutdown)
+}
+
+/// Streams every choice as the maker's SSE events. An engine error, or the shutdown
+/// deadline, becomes the maker's one error event, then the stream ends. When the client
+/// goes away the pump stops and drops the event streams, cancelling the requests.
+pub fn events<M: EventMaker>(
     streams: Vec<EventStream>,
     mut maker: M,
     n: usize,
-    include_usage: bool,
     shutdown: watch::Receiver<bool>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
@@ -252,7 +329,7 @@ pub fn sse<M: ChunkMaker>(
                     .map(|(i, s)| ReceiverStream::new(s).map(move |e| (i, e))),
             );
             for c in maker.start() {
-                if tx.send(SseEvent::default().data(c)).await.is_err() {
+                if tx.send(c).await.is_err() {
                     return;
                 }
             }
@@ -276,34 +353,26 @@ pub fn sse<M: ChunkMaker>(
                         c
                     }
                     Some((_, Event::Error(e))) => {
-                        let body = ApiError::from(e).body().to_string();
-                        let _ = tx.send(SseEvent::default().data(body)).await;
+                        let _ = tx.send(maker.error(e.into())).await;
                         return;
                     }
                     None => {
-                        let body = ApiError::from(EngineError::Died).body().to_string();
-                        let _ = tx.send(SseEvent::default().data(body)).await;
+                        let _ = tx.send(maker.error(EngineError::Died.into())).await;
                         return;
                     }
                 };
                 for c in chunks {
-                    if tx.send(SseEvent::default().data(c)).await.is_err() {
+                    if tx.send(c).await.is_err() {
                         return;
                     }
                 }
             }
             log_summary(&finishes, n);
-            if include_usage {
-                let u = usage(finishes.into_iter(), n);
-                if tx
-                    .send(SseEvent::default().data(maker.usage(u)))
-                    .await
-                    .is_err()
-                {
+            for c in maker.end(usage(finishes.into_iter(), n)) {
+                if tx.send(c).await.is_err() {
                     return;
                 }
             }
-            let _ = tx.send(SseEvent::default().data("[DONE]")).await;
         }
         .instrument(span),
     );

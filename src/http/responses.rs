@@ -1,0 +1,409 @@
+//! `POST /v1/responses`: OpenAI's Responses API, stateless. The request becomes a chat
+//! request (`validation::responses`), runs like one, and is answered as a response object
+//! or as the Responses stream: `response.created`, `response.in_progress`, per output item
+//! `response.output_item.added` … `response.output_item.done` (text through
+//! `response.content_part.*` and `response.output_text.*`, calls through
+//! `response.function_call_arguments.*`), then `response.completed` or
+//! `response.incomplete`. Every event carries its `sequence_number`.
+
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::openai::run::{self, EventMaker, object_id};
+use crate::api::Usage;
+use crate::api::responses::{
+    IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponsesRequest, ResponsesUsage,
+    TextConfig,
+};
+use crate::error::ApiError;
+use crate::http::json::Json;
+use crate::http::{AppState, off_thread};
+use crate::tools::parse::{ParsedCall, parse};
+use crate::tools::{ToolFormat, ToolStream};
+use crate::validation::{self, responses as convert};
+use sluice_engine::{Finish, FinishReason, PromptToken, TokenEvent};
+
+/// The response object as first announced (`in_progress`, no output yet), echoing the
+/// request's settings.
+fn base(r: &ResponsesRequest, model: &str) -> ResponseObject {
+    ResponseObject {
+        id: object_id("resp"),
+        object: "response",
+        created_at: crate::http::unix_now(),
+        status: "in_progress",
+        model: model.to_string(),
+        output: Vec::new(),
+        incomplete_details: None,
+        error: None,
+        instructions: r.instructions.clone(),
+        max_output_tokens: r.max_output_tokens,
+        temperature: r.temperature.unwrap_or(1.0),
+        top_p: r.top_p.unwrap_or(1.0),
+        parallel_tool_calls: r.parallel_tool_calls.unwrap_or(true),
+        tool_choice: r.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+        tools: r.tools.clone().unwrap_or_default(),
+        text: r.text.clone().unwrap_or(TextConfig {
+            format: Some(crate::api::responses::TextFormat {
+                kind: "text".into(),
+                name: None,
+                schema: None,
+                description: None,
+                strict: None,
+            }),
+        }),
+        store: false,
+        previous_response_id: None,
+        metadata: r.metadata.clone().unwrap_or_else(|| json!({})),
+        usage: None,
+    }
+}
+
+fn usage(u: Usage) -> ResponsesUsage {
+    ResponsesUsage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+        ..ResponsesUsage::default()
+    }
+}
+
+/// `completed`, or `incomplete` with the reason, from how generation ended.
+fn status(f: &Finish) -> (&'static str, Option<IncompleteDetails>) {
+    match f.reason {
+        FinishReason::Stop => ("completed", None),
+        FinishReason::Length => (
+            "incomplete",
+            Some(IncompleteDetails {
+                reason: "max_output_tokens",
+            }),
+        ),
+    }
+}
+
+fn message(id: String, status: &'static str, text: Option<String>) -> OutputItem {
+    OutputItem::Message {
+        id,
+        status,
+        role: "assistant",
+        content: text.map(part).into_iter().collect(),
+    }
+}
+
+fn part(text: String) -> OutputText {
+    OutputText {
+        kind: "output_text",
+        text,
+        annotations: Vec::new(),
+    }
+}
+
+fn function_call(c: ParsedCall, status: &'static str) -> OutputItem {
+    OutputItem::FunctionCall {
+        id: object_id("fc"),
+        call_id: object_id("call"),
+        name: c.name,
+        arguments: c.arguments,
+        status,
+    }
+}
+
+/// The Responses stream of one answer.
+struct Events {
+    resp: ResponseObject,
+    seq: u64,
+    tools: Option<ToolStream>,
+    /// `parallel_tool_calls`: else only the first call is sent.
+    parallel: bool,
+    /// The message item being written: its output index, id and text so far.
+    open: Option<(usize, String, String)>,
+    finish: Option<Finish>,
+}
+
+impl Events {
+    /// A named event: `type` and `sequence_number`, then the fields of `body`.
+    fn event(&mut self, kind: &str, body: Value) -> SseEvent {
+        let mut v = json!({"type": kind, "sequence_number": self.seq});
+        if let (Some(m), Value::Object(fields)) = (v.as_object_mut(), body) {
+            m.extend(fields);
+        }
+        self.seq += 1;
+        SseEvent::default().event(kind).data(v.to_string())
+    }
+
+    fn lifecycle(&mut self, kind: &str) -> SseEvent {
+        let r = serde_json::to_value(&self.resp).expect("responses serialise");
+        self.event(kind, json!({ "response": r }))
+    }
+
+    /// Opens a message item if none is open.
+    fn open_message(&mut self, out: &mut Vec<SseEvent>) {
+        if self.open.is_some() {
+            return;
+        }
+        let index = self.resp.output.len();
+        let id = object_id("msg");
+        let item = serde_json::to_value(message(id.clone(), "in_progress", None))
+            .expect("items serialise");
+        out.push(self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        ));
+        let p = serde_json::to_value(part(String::new())).expect("parts serialise");
+        out.push(self.event(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": p}),
+        ));
+        // Reserve the index: later items come after it.
+        self.resp
+            .output
+            .push(message(id.clone(), "in_progress", None));
+        self.open = Some((index, id, String::new()));
+    }
+
+    fn text(&mut self, delta: String, out: &mut Vec<SseEvent>) {
+        if delta.is_empty() {
+            return;
+        }
+        self.open_message(out);
+        let (index, id) = {
+            let (i, id, text) = self.open.as_mut().expect("a message is open");
+            text.push_str(&delta);
+            (*i, id.clone())
+        };
+        out.push(self.event(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta,
+                   "logprobs": []}),
+        ));
+    }
+
+    /// Closes the open message item (`status`: `completed` or `incomplete`).
+    fn close_message(&mut self, status: &'static str, out: &mut Vec<SseEvent>) {
+        let Some((index, id, text)) = self.open.take() else {
+            return;
+        };
+        out.push(self.event(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text,
+                   "logprobs": []}),
+        ));
+        let p = serde_json::to_value(part(text.clone())).expect("parts serialise");
+        out.push(self.event(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": p}),
+        ));
+        let item = message(id, status, Some(text));
+        let v = serde_json::to_value(&item).expect("items serialise");
+        self.resp.output[index] = item;
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": v}),
+        ));
+    }
+
+    fn calls(&mut self, calls: Vec<(usize, ParsedCall)>, out: &mut Vec<SseEvent>) {
+        for (i, c) in calls {
+            if self.parallel || i == 0 {
+                self.call(c, out);
+            }
+        }
+    }
+
+    fn call(&mut self, c: ParsedCall, out: &mut Vec<SseEvent>) {
+        self.close_message("completed", out);
+        let index = self.resp.output.len();
+        let done = function_call(c, "completed");
+        let OutputItem::FunctionCall {
+            id,
+            call_id,
+            name,
+            arguments,
+            ..
+        } = &done
+        else {
+            unreachable!("function_call makes a function call item")
+        };
+        let added = json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+                           "arguments": "", "status": "in_progress"});
+        out.push(self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        ));
+        out.push(self.event(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": arguments}),
+        ));
+        out.push(self.event(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
+        ));
+        let v = serde_json::to_value(&done).expect("items serialise");
+        self.resp.output.push(done);
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": v}),
+        ));
+    }
+}
+
+impl EventMaker for Events {
+    fn start(&mut self) -> Vec<SseEvent> {
+        let mut out = vec![
+            self.lifecycle("response.created"),
+            self.lifecycle("response.in_progress"),
+        ];
+        if self.tools.is_none() {
+            self.open_message(&mut out);
+        }
+        out
+    }
+
+    fn prompt(&mut self, _: usize, _: &[PromptToken]) -> Vec<SseEvent> {
+        Vec::new()
+    }
+
+    fn token(&mut self, _: usize, t: &TokenEvent) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        let (content, calls) = match self.tools.as_mut() {
+            Some(s) => {
+                let p = s.push(&t.text);
+                (p.content, p.calls)
+            }
+            None => (t.text.clone(), Vec::new()),
+        };
+        self.text(content, &mut out);
+        self.calls(calls, &mut out);
+        out
+    }
+
+    fn done(&mut self, _: usize, f: &Finish) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if let Some(p) = self.tools.as_mut().map(|s| s.finish()) {
+            self.text(p.content, &mut out);
+            self.calls(p.calls, &mut out);
+        }
+        if self.resp.output.is_empty() {
+            self.open_message(&mut out);
+        }
+        self.close_message(status(f).0, &mut out);
+        self.finish = Some(f.clone());
+        out
+    }
+
+    fn end(&mut self, u: Usage) -> Vec<SseEvent> {
+        let (status, details) = match &self.finish {
+            Some(f) => status(f),
+            None => ("completed", None),
+        };
+        self.resp.status = status;
+        self.resp.incomplete_details = details;
+        self.resp.usage = Some(usage(u));
+        let kind = match status {
+            "completed" => "response.completed",
+            _ => "response.incomplete",
+        };
+        vec![self.lifecycle(kind)]
+    }
+
+    fn error(&mut self, e: ApiError) -> SseEvent {
+        let body = e.body();
+        let err = &body["error"];
+        self.event(
+            "error",
+            json!({"code": err["code"], "message": err["message"], "param": err["param"]}),
+        )
+    }
+}
+
+/// The output items of a whole answer.
+fn output(
+    text: String,
+    format: Option<ToolFormat>,
+    names: &[String],
+    parallel: bool,
+    status: &'static str,
+) -> Vec<OutputItem> {
+    let (content, calls) = match format {
+        Some(f) => {
+            let mut p = parse(f, &text, names);
+            if !parallel {
+                p.calls.truncate(1);
+            }
+            (p.content, p.calls)
+        }
+        None => (text, Vec::new()),
+    };
+    let mut items = Vec::new();
+    if !content.is_empty() || calls.is_empty() {
+        items.push(message(object_id("msg"), status, Some(content)));
+    }
+    items.extend(calls.into_iter().map(|c| function_call(c, "completed")));
+    items
+}
+
+/// Answers a conversation in the Responses API's shape, whole or streamed.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    operation_id = "create_response",
+    tag = "openai",
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "The response; with `stream: true`, `text/event-stream` of named events (`response.created` … `response.completed`)", body = ResponseObject),
+        crate::api::GenerationErrors,
+    )
+)]
+pub async fn handle(
+    State(s): State<AppState>,
+    Json(r): Json<ResponsesRequest>,
+) -> Result<Response, ApiError> {
+    s.check_open()?;
+    let st = s.clone();
+    let req = r.clone();
+    let v = off_thread(move || {
+        let chat = convert::chat_request(&req)?;
+        validation::chat(
+            &chat,
+            &st.tokenizer,
+            st.grammars.as_deref(),
+            st.tool_parser,
+            &st.limits,
+            &st.model_name,
+        )
+        .map_err(|e| convert::rename(e, convert::NAMES))
+    })
+    .await?;
+    let streams = run::submit(&s.engine, v.requests.clone())?;
+    let mut resp = base(&r, &s.model_name);
+    if v.stream {
+        let maker = Events {
+            resp,
+            seq: 0,
+            tools: v
+                .tool_format
+                .map(|f| ToolStream::new(f, v.tool_names.clone())),
+            parallel: v.tool_parallel,
+            open: None,
+            finish: None,
+        };
+        return Ok(run::events(streams, maker, 1, s.deadline.subscribe()).into_response());
+    }
+    let choices = run::collect(streams, s.deadline.subscribe()).await?;
+    let finishes = run::finishes(&choices);
+    run::log_summary(&finishes, 1);
+    let choice = choices.into_iter().next().expect("one choice per response");
+    let (status, details) = status(&choice.finish);
+    resp.output = output(
+        choice.text,
+        v.tool_format,
+        &v.tool_names,
+        v.tool_parallel,
+        status,
+    );
+    resp.status = status;
+    resp.incomplete_details = details;
+    resp.usage = Some(usage(run::usage(finishes.into_iter(), 1)));
+    Ok(axum::Json(resp).into_response())
+}
