@@ -28,6 +28,9 @@ async fn spec_and_docs_are_served() {
     for route in [
         "/v1/completions",
         "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
         "/v1/models",
         "/tokenize",
         "/health",
@@ -39,17 +42,86 @@ async fn spec_and_docs_are_served() {
             "{route} missing from the spec"
         );
     }
-    let docs = reqwest::get(format!("{base}/docs")).await.unwrap();
-    assert_eq!(docs.status(), 200);
+    // The docs page and everything it loads come from this server.
+    let html = asset(base, "/docs", "text/html").await;
+    assert!(html.contains("/docs/swagger-ui-bundle.js") && html.contains("/docs/init.js"));
+    assert!(!html.contains("http://") && !html.contains("https://"));
     assert!(
-        docs.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")
+        asset(base, "/docs/init.js", "text/javascript")
+            .await
+            .contains("/openapi.json")
     );
-    let html = docs.text().await.unwrap();
+    asset(base, "/docs/swagger-ui-bundle.js", "text/javascript").await;
+    asset(base, "/docs/swagger-ui.css", "text/css").await;
+}
+
+/// GETs an embedded file: 200, the content type, nosniff; returns the body.
+async fn asset(base: &str, path: &str, kind: &str) -> String {
+    let r = reqwest::get(format!("{base}{path}")).await.unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    let h = r.headers();
     assert!(
-        html.contains("/v1/chat/completions"),
-        "the docs page embeds the spec"
+        h["content-type"].to_str().unwrap().starts_with(kind),
+        "{path}: {:?}",
+        h["content-type"]
+    );
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    if kind == "text/html" {
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && csp.contains("connect-src 'self'"));
+    }
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_chat_page_is_served_from_the_binary_and_only_there() {
+    let base = common::server();
+    let html = asset(base, "/", "text/html").await;
+    for path in ["/ui/app.js", "/ui/style.css"] {
+        assert!(html.contains(path), "the page loads {path}");
+    }
+    // Nothing is loaded from another host.
+    for needle in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+    ] {
+        assert!(
+            !html.contains(needle),
+            "the page refers elsewhere: {needle}"
+        );
+    }
+    let app = asset(base, "/ui/app.js", "text/javascript").await;
+    assert!(app.contains("markdown.js") && app.contains("/v1/chat/completions"));
+    asset(base, "/ui/markdown.js", "text/javascript").await;
+    asset(base, "/ui/style.css", "text/css").await;
+    // With --no-ui, there is no page (and the docs stay).
+    let off = common::Spawned::ready(
+        &["serve", "--no-ui", "--slots", "2", "--context", "256"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        reqwest::get(format!("{}/", off.base))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        reqwest::get(format!("{}/ui/app.js", off.base))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        reqwest::get(format!("{}/docs", off.base))
+            .await
+            .unwrap()
+            .status(),
+        200
     );
 }

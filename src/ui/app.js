@@ -147,6 +147,9 @@ el.keyForm.addEventListener("submit", (e) => {
 });
 el.keyCancel.addEventListener("click", () => el.keyDialog.close("cancelled"));
 el.keyDialog.addEventListener("close", () => {
+  // Chromium hands focus back to the prompt without a caret: typing would go nowhere.
+  el.prompt.blur();
+  el.prompt.focus();
   const saved = el.keyDialog.returnValue === "saved";
   const waiters = keyWaiters;
   keyWaiters = [];

@@ -23,6 +23,7 @@ const MD_LINK = /\[([^\]\u0000\n]+)\]\((https?:\/\/[^\s()\u0000]+(?:\([^\s()\u00
 
 function emphasis(s) {
   return s
+    .replace(/\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*/g, "<em><strong>$1</strong></em>")
     .replace(/\*\*(?=\S)(.+?)(?<=\S)\*\*/g, "<strong>$1</strong>")
     .replace(/(?<![\p{L}\p{N}_])__(?=\S)(.+?)(?<=\S)__(?![\p{L}\p{N}_])/gu, "<strong>$1</strong>")
     .replace(/(?<!\*)\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?!\*)/g, "<em>$1</em>")
@@ -65,7 +66,7 @@ function inline(escaped) {
   return s;
 }
 
-const FENCE = /^ {0,3}(`{3,})\s*([^`\s]*)[^`]*$/;
+const FENCE = /^ {0,3}(`{3,})\s*([^`\s&]*)[^`]*$/;
 const HEADING = /^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
 const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const QUOTE = /^ {0,3}&gt; ?(.*)$/;

@@ -79,6 +79,8 @@ fn push_message(
     for b in blocks {
         match (b.kind.as_str(), m.role.as_str()) {
             ("text", _) => text.push_str(b.text.as_deref().unwrap_or("")),
+            // An earlier answer's reasoning, from another server: not part of the prompt.
+            ("thinking" | "redacted_thinking", "assistant") => {}
             ("tool_use", "assistant") => {
                 let (Some(id), Some(name)) = (&b.id, &b.name) else {
                     return Err(invalid(
