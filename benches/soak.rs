@@ -5,7 +5,9 @@
 //! streamed requests, and the server's resident memory after a tenth of the run (at most a
 //! minute, once the lazily backed KV slab is in use) and at the end.
 //!
-//! `cargo bench --bench soak` (or `SLUICE_SOAK_SECONDS=60 cargo bench --bench soak`).
+//! `cargo bench --bench soak` (or `SLUICE_SOAK_SECONDS=60 cargo bench --bench soak`, which
+//! `.ci/run` runs). Exits non-zero when any request failed, none was served, or the server
+//! is unhealthy afterwards.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -236,5 +238,10 @@ fn main() {
         );
         let health = reqwest::get(format!("{base}/health")).await.unwrap().status();
         println!("health after the soak: {health}");
+        let (served, errors) = (tally.served.load(Ordering::SeqCst), tally.errors.load(Ordering::SeqCst));
+        if errors > 0 || served == 0 || !health.is_success() {
+            eprintln!("soak failed: {errors} errors, {served} served, health {health}");
+            std::process::exit(1);
+        }
     });
 }

@@ -160,3 +160,30 @@ fn out_of_range_flags_are_start_up_errors() {
         );
     }
 }
+
+/// A `--tokenizer` with more ids than the model has embedding rows is refused at load,
+/// naming both numbers, instead of failing on the engine thread at the first such id.
+#[test]
+fn a_tokenizer_larger_than_the_embedding_is_refused() {
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..60_000)
+        .map(|i| (format!("w{i}"), serde_json::json!(i)))
+        .collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+    });
+    let path = tmp("big-tokenizer.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let options = sluice::engine::LoadOptions {
+        tokenizer: Some(path.clone()),
+        ..Default::default()
+    };
+    let e = sluice::engine::load(&common::model_path(), &options)
+        .map(|_| ())
+        .expect_err("refused");
+    let msg = e.to_string();
+    assert!(msg.contains("60000 ids") && msg.contains("49152"), "{msg}");
+    let _ = std::fs::remove_file(path);
+}

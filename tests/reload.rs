@@ -346,6 +346,20 @@ async fn reloads_swap_weights_without_losing_anything() {
     until_reloading().await;
     let (s, b) = reload(&var, "keep", "v4").await;
     refusal(s, &b, 409, "in progress");
+    // A request that arrives once the engine holds the new weights waits for the swap, and
+    // is answered by, and names, them: streamed chunks and a whole answer alike.
+    let mut held = false;
+    for _ in 0..3000 {
+        let (_, w) = admin("/admin/weights", None, Some(TOKEN)).await;
+        if w["swap_pending"] == true {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(held, "the engine never held the swap");
+    let queued_stream = started(24, 0.0).await;
+    let queued_whole = tokio::spawn(greedy(24));
     for h in pending {
         assert_eq!(
             h.await.unwrap(),
@@ -355,6 +369,8 @@ async fn reloads_swap_weights_without_losing_anything() {
     }
     let (s, r) = busy.await.unwrap();
     assert_eq!(s, 200, "{r}");
+    assert_eq!(queued_stream.await.unwrap().expect("queued stream").1, "v3");
+    assert_eq!(queued_whole.await.unwrap(), (old.clone(), "v3".into()));
     assert_eq!(greedy(24).await, (old.clone(), "v3".into()));
 
     // abort: a running stream ends with an error chunk.
@@ -367,6 +383,31 @@ async fn reloads_swap_weights_without_losing_anything() {
         .unwrap()
         .expect_err("aborted stream reports an error");
     assert!(err.contains("reloaded"), "{err}");
+
+    // An admin client that leaves mid-reload changes nothing: the swap still happens, the
+    // record follows it, and a reload sent meanwhile is refused with 409.
+    let holder = started(400, 0.0).await;
+    let b = base.clone();
+    let gone = tokio::spawn(async move { reload(&b, "wait", "v6").await });
+    until_reloading().await;
+    gone.abort();
+    let (s, b) = reload(&var, "keep", "v7").await;
+    refusal(s, &b, 409, "in progress");
+    let (_, fp) = holder.await.unwrap().expect("the running request finishes");
+    assert_eq!(fp, "v5", "it ran on the weights it started on");
+    let mut settled = false;
+    for _ in 0..3000 {
+        let (_, w) = admin("/admin/weights", None, Some(TOKEN)).await;
+        if w["reloading"] == false {
+            assert_eq!(w["current"]["version"], "v6", "{w}");
+            assert_eq!(w["previous"]["version"], "v5", "{w}");
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(settled, "the abandoned reload never finished");
+    assert_eq!(greedy(24).await, (old.clone(), "v6".into()));
 
     // 16 streams through 20 reloads: no request fails.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -421,12 +462,12 @@ async fn reloads_swap_weights_without_losing_anything() {
         .text()
         .await
         .unwrap();
-    for (outcome, n) in [("success", 23), ("refused", 7), ("conflict", 1)] {
+    for (outcome, n) in [("success", 24), ("refused", 7), ("conflict", 2)] {
         let line = format!("sluice_weight_reloads_total{{outcome=\"{outcome}\"}} {n}");
         assert!(metrics.contains(&line), "{line} missing");
     }
     assert!(
-        metrics.contains("sluice_weights_version 24"),
+        metrics.contains("sluice_weights_version 25"),
         "weights version gauge"
     );
     let _ = std::fs::remove_file(&outside);

@@ -99,4 +99,7 @@ pub struct WeightsInfo {
     pub previous: Option<CheckpointInfo>,
     /// Whether a reload is in progress (another one now gets 409).
     pub reloading: bool,
+    /// Whether the engine holds the new weights and waits to swap them in (`wait` mode:
+    /// for the running requests to finish); requests arriving now are served by them.
+    pub swap_pending: bool,
 }

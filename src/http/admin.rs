@@ -56,7 +56,7 @@ pub enum ReloadError {
 pub struct Admin {
     token: String,
     roots: Vec<PathBuf>,
-    busy: tokio::sync::Mutex<()>,
+    busy: Arc<tokio::sync::Mutex<()>>,
     record: Mutex<Record>,
 }
 
@@ -79,7 +79,7 @@ impl Admin {
         Self {
             token,
             roots,
-            busy: tokio::sync::Mutex::new(()),
+            busy: Arc::new(tokio::sync::Mutex::new(())),
             record: Mutex::new(Record {
                 current,
                 previous: None,
@@ -131,6 +131,7 @@ pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo
         current: r.current.clone().into(),
         previous: r.previous.clone().map(Into::into),
         reloading,
+        swap_pending: s.engine.swap_pending(),
     }))
 }
 
@@ -157,24 +158,37 @@ pub async fn reload(
     State(s): State<AppState>,
     Json(req): Json<ReloadRequest>,
 ) -> Result<axum::Json<ReloadResponse>, ApiError> {
-    let outcome = |o: &str| s.engine.metrics().reloads.with_label_values(&[o]).inc();
+    let reloads = s.engine.metrics().reloads.clone();
+    let outcome = move |o: &str| reloads.with_label_values(&[o]).inc();
     let admin = admin(&s)?.clone();
-    let Ok(_busy) = admin.busy.try_lock() else {
+    let Ok(busy) = admin.busy.clone().try_lock_owned() else {
         outcome("conflict");
         return Err(ReloadError::InProgress.into());
     };
-    let result = run_reload(&s, &admin, req).await.map_err(ApiError::from);
-    match &result {
-        Ok(r) => {
-            outcome("success");
-            info!(version = %r.weights.version, pause_ms = r.pause_ms, waited_ms = r.waited_ms, "weights reloaded");
+    // The reload runs as a task of its own, which holds the lock and keeps the record:
+    // an admin client that goes away mid-reload changes nothing (the swap completes, the
+    // record follows it, the old weights are freed off the engine thread, and a second
+    // reload meanwhile gets 409).
+    let task = tokio::spawn(async move {
+        let _busy = busy;
+        let outcome = outcome;
+        let result = run_reload(&s, &admin, req).await.map_err(ApiError::from);
+        match &result {
+            Ok(r) => {
+                outcome("success");
+                info!(version = %r.weights.version, pause_ms = r.pause_ms, waited_ms = r.waited_ms, "weights reloaded");
+            }
+            Err(e) => {
+                outcome("refused");
+                warn!(status = e.status().as_u16(), error = %e, "reload refused");
+            }
         }
-        Err(e) => {
-            outcome("refused");
-            warn!(status = e.status().as_u16(), error = %e, "reload refused");
-        }
+        result
+    });
+    match task.await {
+        Ok(result) => result.map(axum::Json),
+        Err(e) => Err(HttpError::Internal(format!("the reload task failed: {e}")).into()),
     }
-    result.map(axum::Json)
 }
 
 async fn run_reload(

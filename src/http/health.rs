@@ -50,13 +50,21 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Counts every routed request by route and status, and times it to its headers.
+/// Routes that serve the platform, not users: probes and scrapes. They are not counted,
+/// so a dashboard's request rates and latencies are the users' alone.
+const INTERNAL: &[&str] = &["/health", "/ready", "/metrics"];
+
+/// Counts every routed request but the internal ones by route and status, and times it
+/// to its headers.
 pub async fn track(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
+    if INTERNAL.contains(&route.as_str()) {
+        return next.run(req).await;
+    }
     let start = Instant::now();
     let resp = next.run(req).await;
     let m = &s.http_metrics;

@@ -3,7 +3,8 @@
 //! answer comes back as a message or as Anthropic's stream: `message_start`, per content
 //! block `content_block_start` / `content_block_delta` (`text_delta`, `input_json_delta`) /
 //! `content_block_stop`, then `message_delta` (stop reason, usage) and `message_stop`.
-//! Every error on these routes, from any layer, is rewritten into Anthropic's shape.
+//! Every error on these routes, from any layer (a handler panic aside: that 500 keeps
+//! OpenAI's shape), is rewritten into Anthropic's shape.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -53,7 +54,7 @@ fn error_body(status: u16, message: String) -> AnthropicError {
 }
 
 /// Rewrites any error response of the wrapped routes (validation, authentication, body
-/// size, engine) from OpenAI's shape into Anthropic's `{"type": "error", "error": {...}}`.
+/// size, wrong method, engine) from OpenAI's shape into Anthropic's `{"type": "error", "error": {...}}`.
 pub async fn errors(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let status = resp.status();
@@ -90,6 +91,13 @@ fn stop_reason(f: &Finish, called: bool) -> &'static str {
         (FinishReason::Stop, false, Some(_)) => "stop_sequence",
         (FinishReason::Stop, false, None) => "end_turn",
     }
+}
+
+/// The stop sequence, only when it is what ended the answer.
+fn stop_sequence(f: &Finish, reason: &str) -> Option<String> {
+    (reason == "stop_sequence")
+        .then(|| f.stop_string.clone())
+        .flatten()
 }
 
 fn tool_use(c: ParsedCall) -> OutBlock {
@@ -226,7 +234,10 @@ impl EventMaker for Events {
 
     fn end(&mut self, u: Usage) -> Vec<SseEvent> {
         let (reason, stop) = match &self.finish {
-            Some(f) => (stop_reason(f, self.called), f.stop_string.clone()),
+            Some(f) => {
+                let reason = stop_reason(f, self.called);
+                (reason, stop_sequence(f, reason))
+            }
             None => ("end_turn", None),
         };
         vec![
@@ -240,11 +251,13 @@ impl EventMaker for Events {
         ]
     }
 
-    fn error(&mut self, e: ApiError) -> SseEvent {
+    fn error(&mut self, e: ApiError) -> Vec<SseEvent> {
         let body = error_body(e.status().as_u16(), e.to_string());
-        SseEvent::default()
-            .event("error")
-            .data(serde_json::to_string(&body).expect("errors serialise"))
+        vec![
+            SseEvent::default()
+                .event("error")
+                .data(serde_json::to_string(&body).expect("errors serialise")),
+        ]
     }
 }
 
@@ -327,8 +340,9 @@ pub async fn handle(
     if !content.is_empty() {
         message.content.push(OutBlock::Text { text: content });
     }
-    message.stop_reason = Some(stop_reason(&c.finish, !calls.is_empty()));
-    message.stop_sequence = c.finish.stop_string.clone();
+    let reason = stop_reason(&c.finish, !calls.is_empty());
+    message.stop_reason = Some(reason);
+    message.stop_sequence = stop_sequence(&c.finish, reason);
     message.content.extend(calls.into_iter().map(tool_use));
     message.usage = usage(run::usage(finishes.into_iter(), 1));
     Ok(axum::Json(message).into_response())

@@ -164,7 +164,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             state.clone(),
             auth::api_key,
         ))
-        .route_layer(axum::middleware::from_fn(messages::errors));
+        .layer(axum::middleware::from_fn(messages::errors));
     let cors = cors(&state.cors_origins);
     let chat_page = match state.ui {
         true => ui::chat_routes(),

@@ -4,7 +4,8 @@
 //! `response.output_item.added` … `response.output_item.done` (text through
 //! `response.content_part.*` and `response.output_text.*`, calls through
 //! `response.function_call_arguments.*`), then `response.completed` or
-//! `response.incomplete`. Every event carries its `sequence_number`.
+//! `response.incomplete`. Every event carries its `sequence_number`. A stream that fails
+//! sends `error`, then `response.failed`.
 
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -307,13 +308,17 @@ impl EventMaker for Events {
         vec![self.lifecycle(kind)]
     }
 
-    fn error(&mut self, e: ApiError) -> SseEvent {
+    /// An `error` event, then `response.failed` with the output so far.
+    fn error(&mut self, e: ApiError) -> Vec<SseEvent> {
         let body = e.body();
         let err = &body["error"];
-        self.event(
+        let first = self.event(
             "error",
             json!({"code": err["code"], "message": err["message"], "param": err["param"]}),
-        )
+        );
+        self.resp.status = "failed";
+        self.resp.error = Some(json!({"code": err["code"], "message": err["message"]}));
+        vec![first, self.lifecycle("response.failed")]
     }
 }
 

@@ -3,6 +3,15 @@
 
 import { renderMarkdown } from "./markdown.js";
 
+/** Shows model output as Markdown; should rendering ever fail, as plain text. */
+function showMarkdown(node, text) {
+  try {
+    node.innerHTML = renderMarkdown(text);
+  } catch {
+    node.textContent = text;
+  }
+}
+
 const STORE = {
   conversations: "sluice.conversations",
   current: "sluice.current",
@@ -281,7 +290,7 @@ async function answer(conv, node) {
         content += piece;
         deltas += 1;
         const stick = nearBottom();
-        body.innerHTML = renderMarkdown(content);
+        showMarkdown(body, content);
         if (stick) scrollToBottom();
       }
     }
@@ -297,7 +306,7 @@ async function answer(conv, node) {
     conv.messages.push({ role: "assistant", content });
     persist();
   }
-  body.innerHTML = renderMarkdown(content);
+  showMarkdown(body, content);
   node.classList.remove("streaming");
   if (error) {
     node.classList.add("error");
@@ -342,7 +351,7 @@ function appendMessage(role, content) {
   } else {
     const body = document.createElement("div");
     body.className = "body";
-    body.innerHTML = renderMarkdown(content);
+    showMarkdown(body, content);
     div.append(body);
   }
   el.messages.append(div);
@@ -391,6 +400,10 @@ const scrollToBottom = () => {
 };
 
 function show(id) {
+  if (id !== null && id === currentId) {
+    setSidebar(false);
+    return;
+  }
   stop();
   currentId = id;
   persist();

@@ -126,8 +126,16 @@ function list(lines, i) {
   return [html, i];
 }
 
+// Quotes nest at most this deep; deeper `>` markers stay text (a model repeating `>`
+// must not make rendering deep or slow).
+const MAX_QUOTE_DEPTH = 8;
+
 /** Markdown text -> safe HTML string. */
 export function renderMarkdown(text) {
+  return render(text, 0);
+}
+
+function render(text, depth) {
   const lines = escapeHtml(String(text ?? "").replace(/\u0000/g, "\uFFFD"))
     .replace(/\r\n?/g, "\n")
     .split("\n");
@@ -158,12 +166,12 @@ export function renderMarkdown(text) {
     } else if (RULE.test(line)) {
       endPara();
       out.push("<hr>");
-    } else if (QUOTE.test(line)) {
+    } else if (QUOTE.test(line) && depth < MAX_QUOTE_DEPTH) {
       endPara();
       const quoted = [];
       for (; i < lines.length && (m = lines[i].match(QUOTE)); i++) quoted.push(m[1]);
       i--;
-      out.push(`<blockquote>${renderMarkdown(unescapeHtml(quoted.join("\n")))}</blockquote>`);
+      out.push(`<blockquote>${render(unescapeHtml(quoted.join("\n")), depth + 1)}</blockquote>`);
     } else if (ITEM.test(line) && (para.length === 0 || !/^\s/.test(line))) {
       endPara();
       const [html, next] = list(lines, i);

@@ -22,12 +22,11 @@ pub fn text_message(role: &str, text: String) -> WireMessage {
     }
 }
 
-/// Adds a call to the assistant message that ends `msgs`, or to a new one.
+/// Adds a call to the assistant message that ends `msgs` (the text and the calls of one
+/// turn are one message), or to a new one.
 pub fn push_call(msgs: &mut Vec<WireMessage>, call: ToolCall) {
     match msgs.last_mut() {
-        Some(m) if m.role == "assistant" && m.tool_calls.is_some() => {
-            m.tool_calls.get_or_insert_with(Vec::new).push(call)
-        }
+        Some(m) if m.role == "assistant" => m.tool_calls.get_or_insert_with(Vec::new).push(call),
         _ => msgs.push(WireMessage {
             role: "assistant".into(),
             content: None,
@@ -36,6 +35,24 @@ pub fn push_call(msgs: &mut Vec<WireMessage>, call: ToolCall) {
             name: None,
         }),
     }
+}
+
+/// Adds system text: joined to a system message that ends `msgs` (`instructions`
+/// followed by a `developer` item is one system prompt, as chat templates expect), else
+/// a new message.
+fn push_system(msgs: &mut Vec<WireMessage>, text: String) {
+    if let Some(WireMessage {
+        role,
+        content: Some(MessageContent::Text(t)),
+        ..
+    }) = msgs.last_mut()
+        && role == "system"
+    {
+        t.push_str("\n\n");
+        t.push_str(&text);
+        return;
+    }
+    msgs.push(text_message("system", text));
 }
 
 /// The text of a function call's output: a string as is, text parts joined, other JSON
@@ -105,7 +122,11 @@ fn input_messages(r: &ResponsesRequest) -> Result<Vec<WireMessage>, ValidationEr
                         s
                     }
                 };
-                msgs.push(text_message(role, text));
+                if role == "system" {
+                    push_system(&mut msgs, text);
+                } else {
+                    msgs.push(text_message(role, text));
+                }
             }
             "function_call" => {
                 let (Some(call_id), Some(name)) = (&it.call_id, &it.name) else {

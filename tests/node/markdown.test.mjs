@@ -166,3 +166,12 @@ test("random mixes of Markdown and HTML characters stay safe", () => {
     assertSafe(renderMarkdown(text));
   }
 });
+
+test("deeply nested quotes stop nesting and stay fast", () => {
+  const start = performance.now();
+  const html = renderMarkdown(">".repeat(5000) + " hi\n" + "> ".repeat(3000) + "there");
+  assert.ok(performance.now() - start < 1000, "rendered in under a second");
+  assert.ok((html.match(/<blockquote>/g) || []).length <= 16);
+  assert.ok(html.includes("hi") && html.includes("there"));
+  assert.ok(!html.includes("<script"));
+});

@@ -3,6 +3,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import tempfile
 import time
 
 import httpx
@@ -22,17 +23,20 @@ def serve(*args):
     it answers (any status: a server with --api-key answers 401 to /v1/models)."""
     binary = os.environ["SLUICE_BIN"]
     port = free_port()
+    # The log goes to a file: a pipe nobody reads fills up and blocks the server.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [binary, "serve", "--port", str(port), *args],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError("sluice exited: " + proc.stderr.read().decode())
+                log.seek(0)
+                raise RuntimeError("sluice exited: " + log.read().decode(errors="replace"))
             try:
                 if httpx.get(url + "/ready", timeout=1).status_code == 200:
                     break
@@ -49,6 +53,7 @@ def serve(*args):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -115,7 +115,8 @@ def test_stream_matches_whole_answer(claude, model):
 
 def test_streamed_text_stream_and_max_tokens(claude, model):
     with claude.messages.stream(
-        model=model, max_tokens=7, messages=[{"role": "user", "content": "Tell a story."}]
+        model=model, max_tokens=7, messages=[{"role": "user", "content": "Tell a story."}],
+        extra_body=GREEDY,
     ) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
@@ -152,6 +153,7 @@ def test_tool_use_round_trip(claude, model):
     follow = claude.messages.create(
         model=model,
         max_tokens=30,
+        extra_body=GREEDY,
         tools=[WEATHER],
         tool_choice={"type": "none"},
         messages=[
@@ -191,6 +193,7 @@ def test_output_format_json_schema(claude, model):
         model=model,
         max_tokens=60,
         output_format=City,
+        extra_body=GREEDY,
         messages=[{"role": "user", "content": "Give a city and its population as JSON."}],
     )
     assert m.stop_reason == "end_turn"
@@ -199,6 +202,8 @@ def test_output_format_json_schema(claude, model):
 
 
 def test_errors_in_anthropic_shape(claude, model, base_url):
+    claude.messages.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+    claude.messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}])
     r = httpx.post(base_url + "/v1/messages", json={
         "model": model, "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400

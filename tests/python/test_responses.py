@@ -73,7 +73,8 @@ def test_instructions_and_input_items_are_the_conversation(client, model):
 
 def test_budget_ends_incomplete(client, model):
     r = client.responses.create(
-        model=model, input="Write a long story about a dragon.", max_output_tokens=5
+        model=model, input="Write a long story about a dragon.", max_output_tokens=5,
+        temperature=0,
     )
     assert r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens"
@@ -120,7 +121,8 @@ def test_stream_helper_sees_the_documented_sequence(client, model):
 def test_streamed_budget_ends_with_response_incomplete(client, model):
     events = list(
         client.responses.create(
-            model=model, input="Write a long story.", max_output_tokens=6, stream=True
+            model=model, input="Write a long story.", max_output_tokens=6, stream=True,
+            temperature=0,
         )
     )
     last = events[-1]
@@ -143,6 +145,7 @@ def test_text_format_json_schema_is_followed(client, model):
         input="Give a city and its population as JSON.",
         text_format=City,
         max_output_tokens=60,
+        temperature=0,
     )
     assert r.status == "completed"
     city = r.output_parsed
@@ -176,6 +179,7 @@ def test_function_call_round_trip(client, model):
         tools=[WEATHER],
         tool_choice="none",
         max_output_tokens=30,
+        temperature=0,
     )
     assert follow.output[0].type == "message" and follow.output_text
 
@@ -207,6 +211,7 @@ def test_stateless_fields_are_refused(client, model):
 
 
 def test_errors_in_the_openai_shape(client, model, base_url):
+    client.responses.create(model=model, input="hi", max_output_tokens=2)
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="hi")
     with pytest.raises(openai.BadRequestError) as e:

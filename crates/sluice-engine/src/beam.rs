@@ -214,6 +214,7 @@ impl BeamSearch {
                         logprob,
                         top: Vec::new(),
                         is_end: h.ended && i + 1 == h.tokens.len(),
+                        weights_version: None,
                     })
                     .collect(),
                 reason: h.reason,

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     /// Slots leased now (a sequence frees its slot before its request stops counting
     /// in `in_flight`).
     pub slots_used: Arc<AtomicUsize>,
+    /// The engine holds a weight swap it has not applied yet (new requests wait for it).
+    pub swap_pending: std::sync::atomic::AtomicBool,
 }
 
 /// A place in the queue: counted in `waiting` and `queued_tokens` from a successful
@@ -226,6 +228,7 @@ impl EngineHandle {
             kv_base: AtomicUsize::new(0),
             in_flight: watch::Sender::new(0),
             slots_used: Arc::default(),
+            swap_pending: Default::default(),
         });
         let handle = EngineHandle {
             tx,
@@ -366,7 +369,13 @@ impl EngineHandle {
         self.shared.waiting.load(Ordering::SeqCst)
     }
 
-    /// Slots held by sequences now.
+    /// Whether the engine holds a weight swap not yet applied (from its arrival to the
+    /// swap; requests that arrive meanwhile wait for the new weights).
+    pub fn swap_pending(&self) -> bool {
+        self.shared.swap_pending.load(Ordering::SeqCst)
+    }
+
+    /// Slots leased now.
     pub fn slots_used(&self) -> usize {
         self.shared.slots_used.load(Ordering::SeqCst)
     }

@@ -6,6 +6,38 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
+/// `n` f16 zeros on fresh anonymous pages, which the OS backs only when first written: an
+/// idle slab costs address space, not memory. (A heap allocation, even a zeroed one, may
+/// reuse pages freed while loading the model, which the allocator then zeroes by writing
+/// every byte; `vec![f16::ZERO; n]` writes every element.)
+struct Zeroed {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl Zeroed {
+    fn new(len: usize) -> Self {
+        let map = memmap2::MmapMut::map_anon((2 * len).max(2))
+            .unwrap_or_else(|e| panic!("cannot reserve {} bytes for the KV slab: {e}", 2 * len));
+        Self { map, len }
+    }
+}
+
+impl std::ops::Deref for Zeroed {
+    type Target = [f16];
+    fn deref(&self) -> &[f16] {
+        use half::slice::HalfBitsSliceExt;
+        bytemuck::cast_slice::<u8, u16>(&self.map[..2 * self.len]).reinterpret_cast()
+    }
+}
+
+impl std::ops::DerefMut for Zeroed {
+    fn deref_mut(&mut self) -> &mut [f16] {
+        use half::slice::HalfBitsSliceExt;
+        bytemuck::cast_slice_mut::<u8, u16>(&mut self.map[..2 * self.len]).reinterpret_cast_mut()
+    }
+}
+
 /// Keys and values for every layer, slot, KV head and position.
 ///
 /// Layout per layer and (slot, kv_head): keys transposed, `[head_dim][stride]` (`stride`
@@ -22,8 +54,8 @@ pub struct KvSlab {
     pub stride: usize,
     kv_heads: usize,
     head_dim: usize,
-    keys: Vec<Vec<f16>>,
-    values: Vec<Vec<f16>>,
+    keys: Vec<Zeroed>,
+    values: Vec<Zeroed>,
 }
 
 impl KvSlab {
@@ -45,14 +77,14 @@ impl KvSlab {
             stride,
             kv_heads,
             head_dim,
-            keys: (0..layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
-            values: (0..layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
+            keys: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
+            values: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
         }
     }
 
     /// Bytes reserved by the slab.
     pub fn bytes(&self) -> usize {
-        2 * self.keys.len() * self.keys.first().map_or(0, Vec::len) * 2
+        2 * self.keys.len() * self.keys.first().map_or(0, |k| k.len()) * 2
     }
 
     /// Address of the first layer's keys: unchanged for the slab's lifetime (tests use it

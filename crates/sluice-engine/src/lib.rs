@@ -82,6 +82,27 @@ pub fn open_model(path: &Path, quantize: hf::Quantize) -> Result<GgufFile, Model
     }
 }
 
+/// Refuses a tokenizer that can produce ids the model has no embedding row for (a
+/// `--tokenizer` of another model), which would otherwise fail on the engine thread at
+/// the first such id.
+fn consistent(rows: usize, tok: &Tokenizer) -> Result<(), ModelError> {
+    if tok.vocab_size > rows {
+        return Err(ModelError::Unsupported(format!(
+            "the tokenizer has {} ids but the model's embedding (token_embd.weight) has {rows} \
+             rows: the tokenizer is not this model's",
+            tok.vocab_size
+        )));
+    }
+    let specials = tok.bos.iter().chain(&tok.end_ids);
+    if let Some(id) = specials.copied().find(|&id| id as usize >= rows) {
+        return Err(ModelError::Unsupported(format!(
+            "special token id {id} (BOS or an end token) is outside the model's {rows} \
+             embedding rows"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens a GGUF model file and builds its model and tokenizer. Every failure names its
 /// cause.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
@@ -102,6 +123,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
         .clone()
         .or_else(|| path.is_dir().then(|| path.join("tokenizer.json")));
     let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json.as_deref(), template.as_deref())?;
+    consistent(model.shape().vocab, &tokenizer)?;
     Ok(Loaded {
         model,
         tokenizer,

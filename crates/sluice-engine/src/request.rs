@@ -97,6 +97,9 @@ pub struct TokenEvent {
     pub top: Vec<(u32, f32)>,
     /// This token ended the sequence (an end or stop token id): its text is not output.
     pub is_end: bool,
+    /// Version label of the weights that generated it (`None` in a beam search's
+    /// hypotheses, whose `Done` names them).
+    pub weights_version: Option<std::sync::Arc<str>>,
 }
 
 /// One prompt token with its log-probability under the tokens before it.

@@ -162,7 +162,7 @@ impl Sequence {
         s: Sampled,
         tok: &Tokenizer,
         context: usize,
-        version: &str,
+        version: &std::sync::Arc<str>,
         metrics: &Metrics,
     ) -> Progress {
         let now = Instant::now();
@@ -217,6 +217,7 @@ impl Sequence {
             logprob: s.logprob,
             top: s.top,
             is_end,
+            weights_version: Some(version.clone()),
         };
         self.tx.send(Event::Token(ev));
         match finish {

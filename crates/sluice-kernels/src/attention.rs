@@ -156,8 +156,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn attention_matches_f64_softmax_on_every_level() {
+    crate::level_tests!(attention_matches_f64_softmax_on_every_level);
+
+    fn attention_matches_f64_softmax_on_every_level(level: Simd) {
         let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
         for (hd, g, len) in [
             (64usize, 3usize, 37usize),
@@ -200,10 +201,7 @@ mod tests {
                 softcap: None,
             };
             let mut scratch = Vec::new();
-            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-                if level as u8 > Simd::detected() as u8 {
-                    continue;
-                }
+            {
                 let mut out = vec![f32::NAN; g * hd];
                 match level {
                     #[cfg(target_arch = "x86_64")]
@@ -228,8 +226,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn window_and_softcap_match_the_definition() {
+    crate::level_tests!(window_and_softcap_match_the_definition);
+
+    fn window_and_softcap_match_the_definition(level: Simd) {
         let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
         let (hd, g, len, stride) = (32usize, 2usize, 21usize, 32usize);
         let q = noise(g * hd, 21);
@@ -264,10 +263,7 @@ mod tests {
             start,
             softcap: Some(cap),
         };
-        for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-            if level as u8 > Simd::detected() as u8 {
-                continue;
-            }
+        {
             let mut out = vec![f32::NAN; g * hd];
             match level {
                 #[cfg(target_arch = "x86_64")]

@@ -129,8 +129,9 @@ mod tests {
     use super::*;
     use crate::simd::noise;
 
-    #[test]
-    fn every_level_matches_the_f64_dot_of_the_stored_values() {
+    crate::level_tests!(every_level_matches_the_f64_dot_of_the_stored_values);
+
+    fn every_level_matches_the_f64_dot_of_the_stored_values(level: Simd) {
         for n in [1, 7, 8, 33, 640, 1000] {
             let x = noise(n, 4);
             let w = noise(n, 5);
@@ -141,10 +142,7 @@ mod tests {
             };
             let eh = exact(&|i| f16::from_bits(h[i]).to_f32());
             let eb = exact(&|i| bf16::from_bits(b[i]).to_f32());
-            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-                if level as u8 > Simd::detected() as u8 {
-                    continue;
-                }
+            {
                 let gh = dot16::<false>(level, &x, &h) as f64;
                 let gb = dot16::<true>(level, &x, &b) as f64;
                 assert!((gh - eh).abs() < 1e-4, "{level:?} f16 n={n}: {gh} vs {eh}");

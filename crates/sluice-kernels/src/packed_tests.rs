@@ -23,7 +23,7 @@ fn quantised<B: GgmlType>(rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
     (bytes, deq)
 }
 
-fn check(dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) {
+fn check(level: Simd, dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) {
     let p = PackedMatrix::new(dtype, bytes, rows, cols).expect("fast path");
     let mut row = vec![0f32; cols];
     for r in 0..rows {
@@ -60,10 +60,7 @@ fn check(dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) 
                 bound.push(bd);
             }
         }
-        for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-            if level as u8 > Simd::detected() as u8 {
-                continue;
-            }
+        {
             let mut y = vec![f32::NAN; n * rows];
             // SAFETY: y has n * rows elements and this thread alone writes them.
             unsafe { p.matmul_groups_at(level, &acts, 0, p.groups(), y.as_mut_ptr(), rows) };
@@ -94,14 +91,15 @@ fn check(dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) 
     }
 }
 
-#[test]
-fn every_format_matches_candle_on_every_level() {
+crate::level_tests!(every_format_matches_candle_on_every_level);
+
+fn every_format_matches_candle_on_every_level(level: Simd) {
     // 37 rows: two full groups and a padded one.
     let (rows, cols) = (37, 512);
     macro_rules! case {
         ($t:ty, $d:expr) => {{
             let (b, deq) = quantised::<$t>(rows, cols);
-            check($d, &b, &deq, rows, cols);
+            check(level, $d, &b, &deq, rows, cols);
         }};
     }
     case!(BlockQ4_0, GgmlDType::Q4_0);
@@ -131,10 +129,11 @@ fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
     );
 }
 
+crate::level_tests!(largest_quants_against_largest_activations_stay_exact);
+
 /// Every quant at its largest against activations at ±127: the kernels' 16-bit partial
 /// sums (`avx2::run16`) must not overflow, so each level still gives the exact sum.
-#[test]
-fn largest_quants_against_largest_activations_stay_exact() {
+fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
     let (rows, cols) = (16, 256);
     for (dtype, fill) in [
         (GgmlDType::Q4_0, 0xFF),
@@ -179,10 +178,7 @@ fn largest_quants_against_largest_activations_stay_exact() {
                         .sum()
                 })
                 .collect();
-            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-                if level as u8 > Simd::detected() as u8 {
-                    continue;
-                }
+            {
                 let mut y = vec![f32::NAN; rows];
                 // SAFETY: y has `rows` elements and this thread alone writes them.
                 unsafe { p.matmul_groups_at(level, &acts, 0, 1, y.as_mut_ptr(), rows) };

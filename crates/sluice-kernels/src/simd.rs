@@ -117,19 +117,57 @@ pub fn noise(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// Tests a check at every instruction-set level: `level_tests!(check)` makes the tests
+/// `check::portable`, `check::avx2` and `check::avx512`, each calling `check(level)`. A
+/// level this machine's CPU lacks is reported by the test harness as ignored, with the
+/// reason (`build.rs` sets `cpu_avx2` / `cpu_avx512`); a level that runs first confirms
+/// the CPU has it.
+#[cfg(test)]
+#[macro_export]
+macro_rules! level_tests {
+    ($check:ident) => {
+        mod $check {
+            use $crate::simd::Simd;
+
+            fn at(level: Simd) {
+                assert!(
+                    level as u8 <= Simd::detected() as u8,
+                    "built for {level:?}, but this CPU lacks it"
+                );
+                super::$check(level)
+            }
+
+            #[test]
+            fn portable() {
+                at(Simd::Portable)
+            }
+
+            #[test]
+            #[cfg_attr(not(cpu_avx2), ignore = "this CPU lacks AVX2 (with FMA and F16C)")]
+            fn avx2() {
+                at(Simd::Avx2)
+            }
+
+            #[test]
+            #[cfg_attr(not(cpu_avx512), ignore = "this CPU lacks AVX-512 (F, BW, VNNI)")]
+            fn avx512() {
+                at(Simd::Avx512)
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_level_matches_f64_reference() {
+    crate::level_tests!(every_level_matches_f64_reference);
+
+    fn every_level_matches_f64_reference(level: Simd) {
         for n in [1, 7, 31, 32, 33, 576, 1536, 1000] {
             let (a, b) = (noise(n, 1), noise(n, 2));
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-            for level in [Simd::Portable, Simd::Avx2, Simd::Avx512] {
-                if level as u8 > Simd::detected() as u8 {
-                    continue;
-                }
+            {
                 let got = dot_at(level, &a, &b) as f64;
                 assert!(
                     (got - exact).abs() < 1e-4,

@@ -154,6 +154,7 @@ impl ChunkMaker for Chunks {
     }
 
     fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
+        run::fingerprint(&mut self.base.system_fingerprint, t);
         let lp =
             (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
         let piece = match self.tools.get_mut(index) {

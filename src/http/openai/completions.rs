@@ -126,6 +126,7 @@ impl ChunkMaker for Chunks {
     }
 
     fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
+        run::fingerprint(&mut self.base.system_fingerprint, t);
         let lp = self.want_logprobs.then(|| {
             let off = self.offsets.entry(index).or_default();
             let lp = logprobs(&self.tok, &[], std::slice::from_ref(t), *off);

@@ -203,6 +203,16 @@ pub fn beam_choices(choices: Vec<Choice>) -> Vec<Choice> {
     out
 }
 
+/// Keeps a stream's `system_fingerprint` on the weights that generated its latest token
+/// (a request queued across a reload runs on the new weights, not those of its arrival).
+pub fn fingerprint(current: &mut String, t: &TokenEvent) {
+    if let Some(v) = &t.weights_version
+        && **v != **current
+    {
+        *current = v.to_string();
+    }
+}
+
 /// The text of one token, for logprob listings.
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id]).unwrap_or_default()
@@ -248,8 +258,8 @@ pub trait EventMaker: Send + 'static {
     fn done(&mut self, index: usize, f: &Finish) -> Vec<SseEvent>;
     /// Events after every choice finished, given the totals.
     fn end(&mut self, u: Usage) -> Vec<SseEvent>;
-    /// The one event sent when the request fails mid-stream; the stream then ends.
-    fn error(&mut self, e: ApiError) -> SseEvent;
+    /// The events sent when the request fails mid-stream; the stream then ends.
+    fn error(&mut self, e: ApiError) -> Vec<SseEvent>;
 }
 
 /// OpenAI's framing of a [`ChunkMaker`]: unnamed `data:` events, an optional usage chunk,
@@ -287,8 +297,8 @@ impl<M: ChunkMaker> EventMaker for OpenAiFrames<M> {
         out.push(SseEvent::default().data("[DONE]"));
         out
     }
-    fn error(&mut self, e: ApiError) -> SseEvent {
-        SseEvent::default().data(e.body().to_string())
+    fn error(&mut self, e: ApiError) -> Vec<SseEvent> {
+        vec![SseEvent::default().data(e.body().to_string())]
     }
 }
 
@@ -309,7 +319,7 @@ pub fn sse<M: ChunkMaker>(
 }
 
 /// Streams every choice as the maker's SSE events. An engine error, or the shutdown
-/// deadline, becomes the maker's one error event, then the stream ends. When the client
+/// deadline, becomes the maker's error events, then the stream ends. When the client
 /// goes away the pump stops and drops the event streams, cancelling the requests.
 pub fn events<M: EventMaker>(
     streams: Vec<EventStream>,
@@ -353,11 +363,15 @@ pub fn events<M: EventMaker>(
                         c
                     }
                     Some((_, Event::Error(e))) => {
-                        let _ = tx.send(maker.error(e.into())).await;
+                        for c in maker.error(e.into()) {
+                            let _ = tx.send(c).await;
+                        }
                         return;
                     }
                     None => {
-                        let _ = tx.send(maker.error(EngineError::Died.into())).await;
+                        for c in maker.error(EngineError::Died.into()) {
+                            let _ = tx.send(c).await;
+                        }
                         return;
                     }
                 };

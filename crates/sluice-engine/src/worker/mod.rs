@@ -128,7 +128,10 @@ impl Worker {
             }
             // One swap at a time (the admin API serialises them); a second one is
             // refused by dropping its reply.
-            Command::Swap(swap) if self.pending.is_none() => self.pending = Some(swap),
+            Command::Swap(swap) if self.pending.is_none() => {
+                self.shared.swap_pending.store(true, Ordering::SeqCst);
+                self.pending = Some(swap);
+            }
             Command::Swap(_) => {}
         }
     }
@@ -172,6 +175,7 @@ impl Worker {
             waited: swap.requested.elapsed(),
             aborted,
         };
+        self.shared.swap_pending.store(false, Ordering::SeqCst);
         // If the requester has gone, the old weights are dropped here.
         let _ = swap.reply.send(report);
     }
