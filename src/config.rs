@@ -109,6 +109,13 @@ pub struct ServeArgs {
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before exiting.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value_t = 30.0)]
     pub shutdown_grace: f64,
+    /// Open connections at most; one more is answered 503 and closed.
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 2048)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers, from when its connection opened
+    /// or its previous response ended (so idle keep-alive connections close too).
+    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT", default_value_t = 10.0)]
+    pub header_read_timeout: f64,
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -240,6 +247,8 @@ pub struct HttpConfig {
     pub ui: bool,
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
     pub shutdown_grace: Duration,
+    /// Connection limits.
+    pub conn: crate::http::conn::ConnLimits,
 }
 
 /// The admin API (present only with a token).
@@ -365,6 +374,23 @@ impl ServeArgs {
             },
             ui: !self.no_ui,
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
+            conn: crate::http::conn::ConnLimits {
+                max_connections: int("max-connections", self.max_connections, 1, 1 << 20)?,
+                header_timeout: match seconds(
+                    "header-read-timeout",
+                    self.header_read_timeout,
+                    3600.0,
+                )? {
+                    d if d < Duration::from_millis(100) => {
+                        return Err(ConfigError::Range {
+                            flag: "header-read-timeout",
+                            value: self.header_read_timeout.to_string(),
+                            range: "a number of seconds between 0.1 and 3600".into(),
+                        });
+                    }
+                    d => d,
+                },
+            },
         };
         let admin = self
             .admin_token

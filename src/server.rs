@@ -5,7 +5,7 @@
 //! open streams get an error chunk and every connection is closed within a second
 //! (docs/ARCHITECTURE.md, "Start-up and shutdown").
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -173,9 +173,7 @@ pub async fn run_with(
             }
         }
     };
-    let serve = axum::serve(listener, gate)
-        .with_graceful_shutdown(stop)
-        .into_future();
+    let serve = http::conn::serve(listener, gate, config.http.conn, stop);
     let hard_stop = async move {
         let Ok(end) = close_rx
             .wait_for(Option::is_some)
@@ -187,7 +185,7 @@ pub async fn run_with(
         tokio::time::sleep_until(end).await;
     };
     tokio::select! {
-        r = serve => r?,
+        _ = serve => {}
         _ = hard_stop => tracing::warn!("closing the connections still open after the grace period"),
     }
     if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -15,9 +15,13 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn write(path: &std::path::Path, arch: &str, tensors: &[(&str, QTensor)]) {
+    write_heads(path, arch, 1, tensors)
+}
+
+fn write_heads(path: &std::path::Path, arch: &str, n_heads: u32, tensors: &[(&str, QTensor)]) {
     let a = Value::String(arch.into());
     let u = |x: u32| Value::U32(x);
-    let (blocks, dim, heads, ffn) = (u(1), u(32), u(1), u(32));
+    let (blocks, dim, heads, ffn) = (u(1), u(32), u(n_heads), u(32));
     let meta: Vec<(String, &Value)> = vec![
         ("general.architecture".into(), &a),
         (format!("{arch}.block_count"), &blocks),
@@ -186,4 +190,20 @@ fn a_tokenizer_larger_than_the_embedding_is_refused() {
     let msg = e.to_string();
     assert!(msg.contains("60000 ids") && msg.contains("49152"), "{msg}");
     let _ = std::fs::remove_file(path);
+}
+
+/// A file declaring no attention heads is refused at load, naming the key, instead of
+/// dividing by zero.
+#[test]
+fn zero_attention_heads_are_refused_by_name() {
+    let p = tmp("zero-heads.gguf");
+    write_heads(
+        &p,
+        "llama",
+        0,
+        &[("token_embd.weight", tensor(&[64, 32], GgmlDType::F32))],
+    );
+    let e = err(&p);
+    assert!(e.contains("attention.head_count (0)"), "{e}");
+    let _ = std::fs::remove_file(p);
 }

@@ -47,18 +47,26 @@ async fn counters_and_histograms_match_the_requests_made() {
     assert_eq!(sample(&before, "sluice_requests_running"), 0.0);
 
     // Three greedy completions, one at a time: 5 tokens each.
-    let mut generated = 0.0;
+    let (mut generated, mut prompted) = (0.0, 0.0);
     for i in 0..3 {
         let r: Value = common::post_json(&format!("{base}/v1/completions"), &json!({"prompt": format!("Number {i} is"), "max_tokens": 5, "temperature": 0, "ignore_eos": true})).await;
         generated += r["usage"]["completion_tokens"].as_f64().unwrap();
+        prompted += r["usage"]["prompt_tokens"].as_f64().unwrap();
     }
     // One chat answer that ends on its own end token.
     let r: Value = common::post_json(&format!("{base}/v1/chat/completions"), &json!({"messages": [{"role": "user", "content": "What is the capital of Germany?"}], "temperature": 0, "max_tokens": 40})).await;
     assert_eq!(r["choices"][0]["finish_reason"], "stop");
     generated += r["usage"]["completion_tokens"].as_f64().unwrap();
-    // Exactly these requests' tokens (start-up's warm-up pass is not counted).
+    prompted += r["usage"]["prompt_tokens"].as_f64().unwrap();
+    // Exactly these requests' tokens (start-up's warm-up pass is not counted; no two of
+    // these prompts share a prefix long enough to be reused).
     let now = scrape(base).await;
     assert_eq!(sample(&now, "sluice_generation_tokens_total"), generated);
+    assert_eq!(sample(&now, "sluice_prompt_tokens_total"), prompted);
+    assert_eq!(
+        sample(&now, "sluice_e2e_request_latency_seconds_count"),
+        4.0
+    );
     assert_eq!(
         sample(&now, "sluice_time_to_first_token_seconds_count"),
         4.0

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod conn;
 pub mod health;
 pub mod json;
 pub mod messages;

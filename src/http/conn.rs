@@ -1,0 +1,131 @@
+//! The accept loop, in place of `axum::serve`, with the limits a server on the open
+//! network needs (docs/ARCHITECTURE.md, "Connections"):
+//!
+//! - at most `max_connections` open connections: one more is accepted and answered at once
+//!   with a 503 (and `Retry-After`), then closed; the accept loop never waits for a slot;
+//! - a client has `header_timeout` to send a request's headers, counted from when the
+//!   connection opened or its previous response ended, so a slow-header client and an idle
+//!   keep-alive connection are both closed by the server;
+//! - HTTP/1.1 only (no HTTP/2), so a connection carries one request at a time;
+//! - on shutdown, accepting stops, idle connections close, and each busy one closes after
+//!   its response.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+/// Bounds on connections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnLimits {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time to send a request's headers, from the connection's start or its last response.
+    pub header_timeout: Duration,
+}
+
+/// The answer to a connection over the cap.
+fn refusal() -> String {
+    let body = r#"{"error":{"message":"the server has too many open connections; retry shortly","type":"service_unavailable_error","param":null,"code":"too_many_connections"}}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let answer = refusal();
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Serves one connection until it closes, holding its place under the cap.
+async fn connection(
+    stream: TcpStream,
+    app: Router,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+    _place: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+                return;
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Accepts and serves connections on `listener` until `shutdown` completes, then lets the
+/// open ones finish (see the module docs).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let places = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was
+                    // accepted: wait a moment instead of spinning, and go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        match places.clone().try_acquire_owned() {
+            Ok(place) => {
+                tokio::spawn(connection(
+                    stream,
+                    app.clone(),
+                    limits,
+                    stop_rx.clone(),
+                    place,
+                ));
+            }
+            Err(_) => {
+                tracing::debug!("connection refused: too many open connections");
+                tokio::spawn(refuse(stream));
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection gives its place back when it closes.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = places.acquire_many(all).await;
+}

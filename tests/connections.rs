@@ -1,0 +1,193 @@
+//! Connection abuse: idle sockets and slow-header clients cannot take the server down or
+//! hold its resources for as long as they like, and connections over the cap are refused
+//! at once (docs/ARCHITECTURE.md, "Connections").
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Spawned;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn addr(base: &str) -> String {
+    base.trim_start_matches("http://").to_string()
+}
+
+/// Waits until the server closes `s` (a read returns 0 or fails), up to `limit`.
+async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(end, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+/// 1,000 idle sockets and 100 that send their headers a byte at a time: meanwhile
+/// `/health` answers at once and a completion succeeds; after the header timeout the
+/// server has closed every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_header_sockets_are_closed_and_do_not_block_others() {
+    let server = Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "256",
+            "--header-read-timeout",
+            "3",
+        ],
+        &[],
+    )
+    .await;
+    let at = addr(&server.base);
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        idle.push(TcpStream::connect(&at).await.expect("connect"));
+    }
+    let mut slow = Vec::new();
+    for _ in 0..100 {
+        let mut s = TcpStream::connect(&at).await.expect("connect");
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    // The slow clients go on sending a byte every half second in the background.
+    let dribble = tokio::spawn(async move {
+        for _ in 0..20 {
+            for s in &mut slow {
+                let _ = s.write_all(b"X").await;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        slow
+    });
+
+    let client = reqwest::Client::new();
+    let t = Instant::now();
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let done: serde_json::Value = client
+        .post(format!("{}/v1/completions", server.base))
+        .json(&json!({"prompt": "Hello", "max_tokens": 4}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["usage"]["completion_tokens"], 4, "{done}");
+
+    // 3 s after they opened (and whatever the slow ones keep sending), all are closed.
+    for s in &mut idle {
+        assert!(
+            closed_within(s, Duration::from_secs(10)).await,
+            "an idle socket stayed open"
+        );
+    }
+    let mut slow = dribble.await.unwrap();
+    for s in &mut slow {
+        assert!(
+            closed_within(s, Duration::from_secs(10)).await,
+            "a slow-header socket stayed open"
+        );
+    }
+    // A keep-alive connection left idle after its response is closed the same way.
+    let mut kept = TcpStream::connect(&at).await.unwrap();
+    kept.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(closed_within(&mut kept, Duration::from_secs(10)).await);
+    // And the server still serves.
+    let ok = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
+
+/// Over `--max-connections`, a new connection is answered 503 at once and closed; once
+/// connections close, new ones are served again.
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_at_once() {
+    let server = Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "256",
+            "--max-connections",
+            "8",
+            "--header-read-timeout",
+            "30",
+        ],
+        &[],
+    )
+    .await;
+    let at = addr(&server.base);
+    // Hold 8 connections, each proven accepted by a request answered on it (kept alive).
+    // One refused while an earlier client's connection is still closing is retried.
+    let mut held = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held.len() < 8 {
+        assert!(Instant::now() < deadline, "could not hold 8 connections");
+        let mut s = TcpStream::connect(&at).await.unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).to_string();
+        if head.starts_with("HTTP/1.1 200") {
+            held.push(s);
+        } else {
+            assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // The ninth is answered 503 at once and closed.
+    let t = Instant::now();
+    let mut extra = TcpStream::connect(&at).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut answer))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: 1") && answer.contains("too_many_connections"));
+    // Close the held ones: the server serves again.
+    drop(held);
+    let client = reqwest::Client::new();
+    let mut served = false;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(format!("{}/health", server.base)).send().await
+            && r.status() == 200
+        {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        served,
+        "the server did not serve again after connections closed"
+    );
+}
