@@ -173,6 +173,18 @@ async fn connections_over_the_cap_are_refused_at_once() {
     assert!(t.elapsed() < Duration::from_secs(2));
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("retry-after: 1") && answer.contains("too_many_connections"));
+    // A client that sends its request first still reads the answer (no reset).
+    let mut eager = TcpStream::connect(&at).await.unwrap();
+    eager
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), eager.read_to_string(&mut answer))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     // Close the held ones: the server serves again.
     drop(held);
     let client = reqwest::Client::new();

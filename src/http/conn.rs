@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
@@ -40,11 +40,17 @@ fn refusal() -> String {
     )
 }
 
+/// Answers 503, then reads and discards what the client sends for up to a second, so the
+/// socket is not closed with unread data (which would reset it, and the client might
+/// never read the answer).
 async fn refuse(mut stream: TcpStream) {
     let answer = refusal();
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream.write_all(answer.as_bytes()).await;
-        let _ = stream.shutdown().await;
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
     })
     .await;
 }
