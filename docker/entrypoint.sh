@@ -6,7 +6,7 @@
 set -eu
 name=SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -z "${SLUICE_MODEL:-}" ]; then
-  for dir in "${SLUICE_MODEL_DIR:-/models}" /opt/sluice/models; do
+  for dir in "${SLUICE_MODEL_DIR:-/models}" "${SLUICE_BAKED_DIR:-/opt/sluice/models}"; do
     if [ -f "$dir/$name" ]; then
       SLUICE_MODEL="$dir/$name"
       export SLUICE_MODEL
