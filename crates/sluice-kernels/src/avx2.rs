@@ -21,12 +21,14 @@ unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
     }
 }
 
-/// Activation rows that share one unpacked weight block on AVX2.
-const ROWS256: usize = 4;
+/// Activation rows that share each unpacked chunk of weights on AVX2 (the literal in
+/// `run256`'s full tiles).
+const ROWS256: usize = 6;
 
 /// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
-/// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants, 4 of 5-bit and 2 of 6-bit
-/// stay below 32,768. Signed Q8_0 (|w| up to 128) widens every chunk.
+/// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants (and of each 4-bit half of
+/// WIDE quants), 4 of 5-bit and 2 of 6-bit stay below 32,768. Signed Q8_0 (|w| up to 128)
+/// widens every chunk.
 const fn run16(nib: bool, high: usize, signed: bool) -> usize {
     match (signed, nib, high) {
         (true, _, _) => 1,
@@ -37,10 +39,12 @@ const fn run16(nib: bool, high: usize, signed: bool) -> usize {
 }
 
 /// Half `h` (8 of the 16 rows) of group `g` against activation rows `i0..i0 + R`, one
-/// 8-lane accumulator per activation row, kept in registers. Each block's quants are unpacked once (nibbles split, high-plane bits
-/// merged, and quants above 63 split into 4-bit halves for `vpmaddubsw`) and used for all
-/// `R` rows; every row's sums are taken in the same order whatever `R` is, and integer
-/// sums are exact, so the 16-bit runs change no result.
+/// 8-lane accumulator per activation row. Each chunk of a block's quants is unpacked once
+/// (nibbles split, high-plane bits merged, quants above 63 split into 4-bit halves for
+/// `vpmaddubsw`) and multiplied at once against all `R` rows, whose 16-bit partial sums
+/// stay in registers (chunk-outer, so the live set is a few registers per row and nothing
+/// spills). Every row's sums are taken in the same order whatever `R` is, and integer sums
+/// are exact, so the 16-bit runs change no result.
 #[inline(always)]
 unsafe fn tile256<
     const NIB: bool,
@@ -72,93 +76,95 @@ unsafe fn tile256<
         for b in 0..nb {
             let q = p.quants(g, b);
             let (dp, mp) = p.scales(g, b);
-            {
-                // Unpacked quants of this half: `lo[c]` (and `hi[c]`, the high nibbles
-                // of quants above 15, for WIDE formats).
-                let mut lo = [_mm256_setzero_si256(); 8];
-                let mut hi = [_mm256_setzero_si256(); 8];
-                let plane = if HIGH > 0 {
-                    _mm256_loadu_si256(q.add(plane_at + 32 * h) as *const __m256i)
-                } else {
-                    _mm256_setzero_si256()
-                };
-                for c in 0..chunks {
-                    let raw = if NIB {
-                        let v = c % (chunks / 2);
-                        let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
-                        let nib = if c < chunks / 2 {
-                            _mm256_and_si256(raw, low)
-                        } else {
-                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
-                        };
-                        if HIGH > 0 {
-                            // This chunk's plane bits moved to bits 4.. of each byte (16-bit
-                            // shifts by at most 4 bring no bit of the other byte there).
-                            let s = 4 - (HIGH * c) as i32;
-                            let moved = if s >= 0 {
-                                _mm256_sll_epi16(plane, _mm_cvtsi32_si128(s))
-                            } else {
-                                _mm256_srl_epi16(plane, _mm_cvtsi32_si128(-s))
-                            };
-                            _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
-                        } else {
-                            nib
-                        }
+            let x: [*const i32; R] =
+                std::array::from_fn(|k| a.q.as_ptr().add((i0 + k) * cols + b * BK) as *const i32);
+            let mut isum = [_mm256_setzero_si256(); R];
+            let mut part = [_mm256_setzero_si256(); R];
+            let mut parth = [_mm256_setzero_si256(); R];
+            let plane = if HIGH > 0 {
+                _mm256_loadu_si256(q.add(plane_at + 32 * h) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
+            for c in 0..chunks {
+                let raw = if NIB {
+                    let v = c % (chunks / 2);
+                    let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
+                    let nib = if c < chunks / 2 {
+                        _mm256_and_si256(raw, low)
                     } else {
-                        _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
+                        _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
                     };
-                    if WIDE {
-                        lo[c] = _mm256_and_si256(raw, low);
-                        hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                    } else if SIGNED {
-                        // |w| for vpmaddubsw; the signs stay in `hi` for vpsignb.
-                        lo[c] = _mm256_abs_epi8(raw);
-                        hi[c] = raw;
+                    if HIGH > 0 {
+                        // This chunk's plane bits moved to bits 4.. of each byte (16-bit
+                        // shifts by at most 4 bring no bit of the other byte there).
+                        let s = 4 - (HIGH * c) as i32;
+                        let moved = if s >= 0 {
+                            _mm256_sll_epi16(plane, _mm_cvtsi32_si128(s))
+                        } else {
+                            _mm256_srl_epi16(plane, _mm_cvtsi32_si128(-s))
+                        };
+                        _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
                     } else {
-                        lo[c] = raw;
+                        nib
+                    }
+                } else {
+                    _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
+                };
+                // `w`: unsigned quants (|w| for SIGNED, whose signs stay in `raw` for
+                // vpsignb; the low nibbles for WIDE, whose high ones are `wh`).
+                let (w, wh) = if WIDE {
+                    (
+                        _mm256_and_si256(raw, low),
+                        _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+                    )
+                } else if SIGNED {
+                    (_mm256_abs_epi8(raw), raw)
+                } else {
+                    (raw, raw)
+                };
+                for k in 0..R {
+                    let xc = _mm256_set1_epi32(x[k].add(c).read_unaligned());
+                    if WIDE {
+                        // Two 4-bit planes, each summed in 16 bits for the whole block.
+                        part[k] = _mm256_add_epi16(part[k], _mm256_maddubs_epi16(w, xc));
+                        parth[k] = _mm256_add_epi16(parth[k], _mm256_maddubs_epi16(wh, xc));
+                        if c + 1 == chunks {
+                            isum[k] = _mm256_add_epi32(
+                                _mm256_madd_epi16(part[k], ones),
+                                _mm256_madd_epi16(parth[k], sixteen),
+                            );
+                        }
+                        continue;
+                    }
+                    let pairs = if SIGNED {
+                        _mm256_maddubs_epi16(w, _mm256_sign_epi8(xc, wh))
+                    } else {
+                        _mm256_maddubs_epi16(w, xc)
+                    };
+                    if run == 1 {
+                        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(pairs, ones));
+                        continue;
+                    }
+                    part[k] = _mm256_add_epi16(part[k], pairs);
+                    if (c + 1) % run == 0 || c + 1 == chunks {
+                        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(part[k], ones));
+                        part[k] = _mm256_setzero_si256();
                     }
                 }
-                let dw = lanes256(dp, p.half, h);
-                let mw = match p.m_of_d {
-                    Some(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
-                    None => lanes256(mp, p.half, h),
-                };
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    let row = i0 + k;
-                    let x = a.q.as_ptr().add(row * cols + b * BK) as *const i32;
-                    let mut isum = _mm256_setzero_si256();
-                    let mut part = _mm256_setzero_si256();
-                    for c in 0..chunks {
-                        let xc = _mm256_set1_epi32(x.add(c).read_unaligned());
-                        if WIDE {
-                            let d = _mm256_add_epi32(
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], xc), ones),
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], xc), sixteen),
-                            );
-                            isum = _mm256_add_epi32(isum, d);
-                            continue;
-                        }
-                        let pairs = if SIGNED {
-                            _mm256_maddubs_epi16(lo[c], _mm256_sign_epi8(xc, hi[c]))
-                        } else {
-                            _mm256_maddubs_epi16(lo[c], xc)
-                        };
-                        if run == 1 {
-                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
-                            continue;
-                        }
-                        part = _mm256_add_epi16(part, pairs);
-                        if (c + 1) % run == 0 || c + 1 == chunks {
-                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(part, ones));
-                            part = _mm256_setzero_si256();
-                        }
-                    }
-                    let da = _mm256_set1_ps(*a.d.get_unchecked((row * cols + b * BK) / 32));
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), *acc);
-                    if !SIGNED {
-                        let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
-                        *acc = _mm256_fmadd_ps(mw, s, *acc);
-                    }
+            }
+            let dw = lanes256(dp, p.half, h);
+            let mw = match p.m_of_d {
+                Some(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
+                None => lanes256(mp, p.half, h),
+            };
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let row = i0 + k;
+                let da = _mm256_set1_ps(*a.d.get_unchecked((row * cols + b * BK) / 32));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(dw, da), *acc);
+                if !SIGNED {
+                    let s = _mm256_set1_ps(*sums.get_unchecked(row * nb + b));
+                    *acc = _mm256_fmadd_ps(mw, s, *acc);
                 }
             }
         }
@@ -189,21 +195,29 @@ unsafe fn run256<
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
             p.store(g, i, &lanes, y, stride);
         };
+        macro_rules! tile {
+            ($r:literal, $g:expr, $i:expr) => {{
+                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, $r>(p, a, $g, 0, $i);
+                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, $r>(p, a, $g, 1, $i);
+                for k in 0..$r {
+                    put($g, $i + k, lo[k], hi[k]);
+                }
+            }};
+        }
         for g in g0..g1 {
             let mut i = 0;
             while i + ROWS256 <= a.n {
-                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, ROWS256>(p, a, g, 0, i);
-                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, ROWS256>(p, a, g, 1, i);
-                for k in 0..ROWS256 {
-                    put(g, i + k, lo[k], hi[k]);
-                }
+                tile!(6, g, i);
                 i += ROWS256;
             }
-            while i < a.n {
-                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, 1>(p, a, g, 0, i);
-                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, 1>(p, a, g, 1, i);
-                put(g, i, lo[0], hi[0]);
-                i += 1;
+            // The rest in one narrower tile (each row's sums are the same in any tile).
+            match a.n - i {
+                0 => {}
+                1 => tile!(1, g, i),
+                2 => tile!(2, g, i),
+                3 => tile!(3, g, i),
+                4 => tile!(4, g, i),
+                _ => tile!(5, g, i),
             }
         }
     }

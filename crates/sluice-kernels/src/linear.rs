@@ -253,6 +253,54 @@ impl QLinear {
     }
 }
 
+impl QLinear {
+    /// `y_k = x · W_kᵀ` for several matrices taking the same input, in one parallel pass:
+    /// the compute threads are woken and joined once instead of once per matrix (a
+    /// decode step's q, k, v and gate, up). Each output is computed exactly as
+    /// `matmul_input` computes it.
+    pub fn matmul_many(input: &Input, outs: &mut [(&QLinear, &mut [f32])]) {
+        let packed: Option<Vec<&PackedMatrix>> = outs
+            .iter()
+            .map(|(w, _)| match &w.src {
+                Source::Packed(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let Some(packed) = packed.filter(|_| input.n > 0) else {
+            for (w, y) in outs.iter_mut() {
+                w.matmul_input(input, y);
+            }
+            return;
+        };
+        let n = input.n;
+        for (w, y) in outs.iter() {
+            assert_eq!(input.x.len(), n * w.cols, "activation shape");
+            assert_eq!(y.len(), n * w.rows, "output shape");
+        }
+        let acts = input.acts(outs[0].0.cols);
+        let total: usize = packed.iter().map(|p| p.groups()).sum();
+        let per_task = total.div_ceil(rayon::current_num_threads() * 4).max(1);
+        let mut tasks = Vec::new();
+        for (k, p) in packed.iter().enumerate() {
+            let groups = p.groups();
+            let parts = groups.div_ceil(per_task);
+            for t in 0..parts {
+                tasks.push((k, t * groups / parts, (t + 1) * groups / parts));
+            }
+        }
+        let ys: Vec<(SendPtr, usize)> = outs
+            .iter_mut()
+            .map(|(w, y)| (SendPtr(y.as_mut_ptr()), w.rows))
+            .collect();
+        tasks.into_par_iter().for_each(|(k, g0, g1)| {
+            let (y, rows) = ys[k];
+            // SAFETY: tasks own disjoint group ranges of one matrix each, so every output
+            // element is written by exactly one task, in bounds of its matrix's output.
+            unsafe { packed[k].matmul_groups(acts, g0, g1, y.get(), rows) };
+        });
+    }
+}
+
 /// Activations for one or more matmuls: the f32 rows and, made on first use, their int8
 /// quantisation.
 pub struct Input<'a> {

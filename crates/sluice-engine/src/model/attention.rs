@@ -95,9 +95,14 @@ impl Attention {
         let hd = self.head_dim;
         let (q_dim, kv_dim) = (self.n_heads * hd, self.n_kv_heads * hd);
         let input = Input::new(h, n);
-        self.wq.matmul_input(&input, &mut s.q);
-        self.wk.matmul_input(&input, &mut s.k);
-        self.wv.matmul_input(&input, &mut s.v);
+        QLinear::matmul_many(
+            &input,
+            &mut [
+                (&self.wq, &mut s.q[..]),
+                (&self.wk, &mut s.k[..]),
+                (&self.wv, &mut s.v[..]),
+            ],
+        );
         if let Some([bq, bk, bv]) = &self.bias {
             add_bias(&mut s.q, bq);
             add_bias(&mut s.k, bk);

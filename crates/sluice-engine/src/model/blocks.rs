@@ -197,8 +197,10 @@ impl Mlp {
     /// `out = down(act(gate(h)) * up(h))` for the `n` rows of `h`.
     pub fn forward(&self, h: &[f32], n: usize, s: &mut MlpScratch, out: &mut [f32]) {
         let input = Input::new(h, n);
-        self.gate.matmul_input(&input, &mut s.gate);
-        self.up.matmul_input(&input, &mut s.up);
+        QLinear::matmul_many(
+            &input,
+            &mut [(&self.gate, &mut s.gate[..]), (&self.up, &mut s.up[..])],
+        );
         match self.act {
             Activation::Silu => silu_mul(&mut s.gate, &s.up),
             Activation::Gelu => gelu_mul(&mut s.gate, &s.up),
