@@ -53,6 +53,43 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     }
 }
 
+/// Rows of one slot that `attend_rows` takes in one pass for groups of `g` query heads
+/// (1 when tiling would not pay).
+pub fn rows_per_tile(g: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if Simd::current() == Simd::Avx2 && g > 0 {
+        return (crate::avx2_rows::QUERIES / g).max(1);
+    }
+    let _ = g;
+    1
+}
+
+/// Attention of several rows of one slot (consecutive prompt positions) against one KV
+/// head: the `Attn`s share keys, values, head size, scale and soft-cap and differ in
+/// queries and positions. `out` is `tile.len() x g x hd`. Each row's output is exactly
+/// what `attend_group` gives it alone (the AVX2 pass widens each key and value once for
+/// the whole tile).
+pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
+    assert!(
+        !tile.is_empty() && out.len().is_multiple_of(tile.len()),
+        "attention tile shapes"
+    );
+    let per = out.len() / tile.len();
+    #[cfg(target_arch = "x86_64")]
+    if tile.len() > 1
+        && Simd::current() == Simd::Avx2
+        && tile[0].hd.is_multiple_of(8)
+        && tile.len() * (per / tile[0].hd) <= crate::avx2_rows::QUERIES
+    {
+        // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
+        // the shapes are checked inside.
+        return unsafe { crate::avx2_rows::attend_rows(tile, scores, out) };
+    }
+    for (a, o) in tile.iter().zip(out.chunks_mut(per)) {
+        attend_group(a, scores, o);
+    }
+}
+
 /// Softmax in place over `s`; returns 1 / the sum of the exponentials.
 #[inline(always)]
 pub(crate) fn softmax_unnormalised(s: &mut [f32]) -> f32 {
@@ -220,6 +257,56 @@ mod tests {
                     assert!(
                         (*a as f64 - b).abs() < 1e-6,
                         "{level:?} hd={hd} g={g}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A tile of consecutive prompt rows gives every row exactly (bit for bit) what the
+    /// row gets alone, with and without window and soft-cap, for every tile size.
+    #[test]
+    fn a_tile_of_rows_equals_each_row_alone() {
+        let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+        for (hd, g, first_end, window, softcap) in [
+            (64usize, 3usize, 37usize, None, None),
+            (64, 3, 5, None, None),
+            (32, 1, 100, None, Some(3.0f32)),
+            (64, 4, 700, Some(512usize), None),
+            (32, 2, 30, Some(7), Some(5.0)),
+        ] {
+            let rows = rows_per_tile(g).max(2).min(12 / g);
+            let stride = (first_end + rows).next_multiple_of(16) + 16;
+            let q = noise(rows * g * hd, 31);
+            let keys_t = halves(noise(hd * stride, 32).iter().map(|x| x * 3.0).collect());
+            let values = halves(noise(stride * hd, 33));
+            let tile: Vec<Attn> = (0..rows)
+                .map(|r| {
+                    let end = first_end + r;
+                    Attn {
+                        q: &q[r * g * hd..(r + 1) * g * hd],
+                        hd,
+                        keys_t: &keys_t,
+                        stride,
+                        values: &values[..end * hd],
+                        scale: 0.125,
+                        start: window.map_or(0, |w| end.saturating_sub(w)),
+                        softcap,
+                    }
+                })
+                .collect();
+            for n in 1..=rows {
+                let mut got = vec![f32::NAN; n * g * hd];
+                attend_rows(&tile[..n], &mut Vec::new(), &mut got);
+                for (r, a) in tile[..n].iter().enumerate() {
+                    let mut alone = vec![f32::NAN; g * hd];
+                    attend_group(a, &mut Vec::new(), &mut alone);
+                    let part = &got[r * g * hd..(r + 1) * g * hd];
+                    assert!(
+                        part.iter()
+                            .zip(&alone)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "hd={hd} g={g} end={first_end} window={window:?}: row {r} of {n}"
                     );
                 }
             }

@@ -8,7 +8,8 @@
 //!   and are the portable path.
 //! - [`QLinear`]: a weight matrix kept in its GGUF quantisation; `matmul` multiplies it
 //!   by f32 activations (int8-quantised once per [`Input`] for the integer kernels).
-//! - [`attend_group`]: attention of one GQA group over f16 keys and values.
+//! - [`attend_group`]: attention of one GQA group over f16 keys and values;
+//!   [`attend_rows`]: of several rows of one slot in one pass.
 //! - [`silu_mul`] / [`gelu_mul`], [`exp_fast`], [`dot`].
 
 mod activation;
@@ -17,6 +18,8 @@ mod alloc;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_rows;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod dense;
@@ -29,7 +32,7 @@ mod simd;
 pub use activation::{gelu_mul, silu_mul};
 pub use acts::{ABLOCK, QuantActs};
 pub use alloc::CountingAlloc;
-pub use attention::{Attn, attend_group, exp_fast};
+pub use attention::{Attn, attend_group, attend_rows, exp_fast, rows_per_tile};
 pub use linear::{Input, LinearError, QLinear};
 pub use packed::PackedMatrix;
 pub use quantize::quantize;

@@ -3,7 +3,7 @@
 //! window and logit soft-capping, any head size), and the output projection.
 
 use rayon::prelude::*;
-use sluice_kernels::{Attn, Input, QLinear, attend_group};
+use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
 use super::blocks::{RmsNorm, Rope};
@@ -132,30 +132,63 @@ impl Attention {
 
     /// Scaled dot-product attention of every (row, KV head group) over its slot's
     /// positions `0..=pos` (the last `window` of them for sliding-window layers).
+    /// Consecutive rows of one slot (a prompt chunk) are taken in tiles that read each
+    /// key and value once for the whole tile; a row's output is the same in any tile.
     fn attend(&self, kv: &KvSlab, layer: usize, rows: &[TokenRow], q: &[f32], out: &mut [f32]) {
         let hd = self.head_dim;
         let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);
         let group = heads / kv_heads;
         let scale = self.options.scale.unwrap_or(1.0 / (hd as f32).sqrt());
-        out.par_chunks_mut(group * hd).enumerate().for_each_init(
-            Vec::new,
-            |scores: &mut Vec<f32>, (idx, o)| {
-                let (i, kvh) = (idx / kv_heads, idx % kv_heads);
-                let r = rows[i];
-                let len = r.pos + 1;
-                let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
-                let a = Attn {
-                    q: &q[(i * heads + kvh * group) * hd..][..group * hd],
-                    hd,
-                    keys_t,
-                    stride: kv.stride,
-                    values,
-                    scale,
-                    start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
-                    softcap: self.options.softcap,
-                };
-                attend_group(&a, scores, o);
-            },
-        );
+        let most = rows_per_tile(group);
+        // Tiles: (first row, rows) of consecutive positions of one slot.
+        let mut tiles = Vec::new();
+        let mut i = 0;
+        while i < rows.len() {
+            let mut t = 1;
+            while t < most
+                && i + t < rows.len()
+                && rows[i + t].slot == rows[i].slot
+                && rows[i + t].pos == rows[i].pos + t
+            {
+                t += 1;
+            }
+            tiles.push((i, t));
+            i += t;
+        }
+        let items: Vec<(usize, usize, usize)> = tiles
+            .iter()
+            .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
+            .collect();
+        let done: Vec<Vec<f32>> = items
+            .par_iter()
+            .map_init(Vec::new, |scores: &mut Vec<f32>, &(i0, t, kvh)| {
+                let tile: Vec<Attn> = (i0..i0 + t)
+                    .map(|i| {
+                        let r = rows[i];
+                        let len = r.pos + 1;
+                        let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
+                        Attn {
+                            q: &q[(i * heads + kvh * group) * hd..][..group * hd],
+                            hd,
+                            keys_t,
+                            stride: kv.stride,
+                            values,
+                            scale,
+                            start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
+                            softcap: self.options.softcap,
+                        }
+                    })
+                    .collect();
+                let mut o = vec![0f32; t * group * hd];
+                attend_rows(&tile, scores, &mut o);
+                o
+            })
+            .collect();
+        for (&(i0, t, kvh), o) in items.iter().zip(&done) {
+            for k in 0..t {
+                let at = ((i0 + k) * heads + kvh * group) * hd;
+                out[at..at + group * hd].copy_from_slice(&o[k * group * hd..(k + 1) * group * hd]);
+            }
+        }
     }
 }

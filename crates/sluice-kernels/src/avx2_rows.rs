@@ -1,0 +1,151 @@
+//! The AVX2 kernel of `attend_rows`: attention of several query rows of one slot (a
+//! prompt chunk) against one KV head, in one pass over the keys and values. Each f16 key
+//! and value vector is loaded and widened once for up to `QUERIES` queries instead of
+//! once per row, which is what long prompts spend their attention time on. Every query's
+//! numbers are those of `avx2::attend` for its row alone: the same scaled-query FMAs over
+//! `d` for each score, the same softmax over its own positions, the same value sums over
+//! `p` in order (a query adds nothing outside its own positions), so a row's output does
+//! not depend on the rows it is tiled with.
+
+use std::arch::x86_64::*;
+
+use crate::attention::{Attn, softmax_unnormalised};
+
+/// Queries (rows x heads of the group) one pass carries: 12 score accumulators, a key
+/// and a broadcast query fill 14 of the 16 registers.
+pub(crate) const QUERIES: usize = 12;
+
+/// Attention of every `Attn` in `tile` (one row each, same keys, values, head size, scale
+/// and soft-cap; `g = q.len() / hd` heads each, `tile.len() * g <= QUERIES`) into `out`
+/// (`tile.len() x g x hd`, in tile order).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C. Shapes are checked.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
+    let a0 = &tile[0];
+    let hd = a0.hd;
+    let g = a0.q.len() / hd;
+    let nq = tile.len() * g;
+    let ends: Vec<usize> = tile.iter().map(|a| a.values.len() / hd).collect();
+    let (min_start, max_start) = (
+        tile.iter().map(|a| a.start).min().expect("a row"),
+        tile.iter().map(|a| a.start).max().expect("a row"),
+    );
+    let (min_end, max_end) = (
+        *ends.iter().min().expect("a row"),
+        *ends.iter().max().expect("a row"),
+    );
+    assert!(
+        hd.is_multiple_of(8)
+            && nq <= QUERIES
+            && out.len() == nq * hd
+            && max_end <= a0.stride
+            && a0.stride.is_multiple_of(8)
+            && a0.keys_t.len() >= hd * a0.stride
+            && tile.iter().zip(&ends).all(|(a, &e)| {
+                a.hd == hd
+                    && a.q.len() == g * hd
+                    && a.start < e
+                    && a.stride == a0.stride
+                    && a.keys_t.as_ptr() == a0.keys_t.as_ptr()
+                    && a.values.as_ptr() == a0.values.as_ptr()
+                    && a.scale == a0.scale
+                    && a.softcap == a0.softcap
+            }),
+        "attention tile shapes"
+    );
+    let values = tile[ends.iter().position(|&e| e == max_end).expect("a row")].values;
+    let (p0, p1) = (min_start / 8 * 8, max_end.next_multiple_of(8));
+    let lp = p1 - p0;
+    scores.clear();
+    scores.resize(QUERIES * lp, 0.0);
+    // Query j = row j / g, head j % g, scaled, at qs[d * QUERIES + j] (zero past nq).
+    let mut qs = vec![0f32; hd * QUERIES];
+    for (r, a) in tile.iter().enumerate() {
+        for h in 0..g {
+            for d in 0..hd {
+                qs[d * QUERIES + r * g + h] = a.q[h * hd + d] * a.scale;
+            }
+        }
+    }
+    let kp = a0.keys_t.as_ptr() as *const u16;
+    let vp = values.as_ptr() as *const u16;
+    let mut p = p0;
+    while p < p1 {
+        // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every row d < hd are inside
+        // `keys_t`; `qs` has hd * QUERIES values; `scores` has QUERIES * lp.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); QUERIES];
+            for d in 0..hd {
+                let k =
+                    _mm256_cvtph_ps(_mm_loadu_si128(kp.add(d * a0.stride + p) as *const __m128i));
+                let qd = qs.as_ptr().add(d * QUERIES);
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qd.add(j)), k, *acc);
+                }
+            }
+            for (j, acc) in acc.iter().enumerate().take(nq) {
+                _mm256_storeu_ps(scores.as_mut_ptr().add(j * lp + p - p0), *acc);
+            }
+        }
+        p += 8;
+    }
+    let mut inv = [0f32; QUERIES];
+    for (j, inv) in inv.iter_mut().enumerate().take(nq) {
+        let (start, end) = (tile[j / g].start, ends[j / g]);
+        let s = &mut scores[j * lp + start - p0..j * lp + end - p0];
+        if let Some(cap) = a0.softcap {
+            for x in s.iter_mut() {
+                *x = cap * (*x / cap).tanh();
+            }
+        }
+        *inv = softmax_unnormalised(s);
+    }
+    // Query j takes positions start_j..end_j: all queries between max_start and min_end,
+    // each its own outside.
+    let range: [(usize, usize); QUERIES] = std::array::from_fn(|j| {
+        if j < nq {
+            (tile[j / g].start, ends[j / g])
+        } else {
+            (0, 0)
+        }
+    });
+    let common = (max_start, min_end.max(max_start));
+    for c0 in (0..hd).step_by(8) {
+        // SAFETY: every value row p < max_end has hd halves inside `values`; c0 + 8 <= hd.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); QUERIES];
+            let load =
+                |p: usize| _mm256_cvtph_ps(_mm_loadu_si128(vp.add(p * hd + c0) as *const __m128i));
+            let weight =
+                |j: usize, p: usize| _mm256_set1_ps(*scores.get_unchecked(j * lp + p - p0));
+            for p in min_start..common.0 {
+                let v = load(p);
+                for (j, acc) in acc.iter_mut().enumerate().take(nq) {
+                    if range[j].0 <= p && p < range[j].1 {
+                        *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
+                    }
+                }
+            }
+            for p in common.0..common.1 {
+                let v = load(p);
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
+                }
+            }
+            for p in common.1..max_end {
+                let v = load(p);
+                for (j, acc) in acc.iter_mut().enumerate().take(nq) {
+                    if range[j].0 <= p && p < range[j].1 {
+                        *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
+                    }
+                }
+            }
+            for (j, acc) in acc.iter().enumerate().take(nq) {
+                let o = out.as_mut_ptr().add(j * hd + c0);
+                _mm256_storeu_ps(o, _mm256_mul_ps(*acc, _mm256_set1_ps(inv[j])));
+            }
+        }
+    }
+}
