@@ -274,6 +274,7 @@ mod tests {
             (32, 1, 100, None, Some(3.0f32)),
             (64, 4, 700, Some(512usize), None),
             (32, 2, 30, Some(7), Some(5.0)),
+            (40, 2, 19, None, None),
         ] {
             let rows = rows_per_tile(g).max(2).min(12 / g);
             let stride = (first_end + rows).next_multiple_of(16) + 16;

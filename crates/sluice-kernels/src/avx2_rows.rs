@@ -11,9 +11,11 @@ use std::arch::x86_64::*;
 
 use crate::attention::{Attn, softmax_unnormalised};
 
-/// Queries (rows x heads of the group) one pass carries: 12 score accumulators, a key
-/// and a broadcast query fill 14 of the 16 registers.
+/// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 12;
+/// Queries one pass over the keys or values carries: 6 queries x 2 vectors of
+/// accumulators, two keys (or values) and a broadcast fill 15 of the 16 registers.
+const HALF: usize = 6;
 
 /// Attention of every `Attn` in `tile` (one row each, same keys, values, head size, scale
 /// and soft-cap; `g = q.len() / hd` heads each, `tile.len() * g <= QUERIES`) into `out`
@@ -71,25 +73,42 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
     }
     let kp = a0.keys_t.as_ptr() as *const u16;
     let vp = values.as_ptr() as *const u16;
-    let mut p = p0;
-    while p < p1 {
-        // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every row d < hd are inside
-        // `keys_t`; `qs` has hd * QUERIES values; `scores` has QUERIES * lp.
-        unsafe {
-            let mut acc = [_mm256_setzero_ps(); QUERIES];
-            for d in 0..hd {
-                let k =
-                    _mm256_cvtph_ps(_mm_loadu_si128(kp.add(d * a0.stride + p) as *const __m128i));
-                let qd = qs.as_ptr().add(d * QUERIES);
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qd.add(j)), k, *acc);
+    // Scores, 6 queries at a time over 16 positions (two key vectors per broadcast
+    // query), the last 8 positions alone when the range is not a multiple of 16.
+    for j0 in (0..nq).step_by(HALF) {
+        let mut p = p0;
+        while p < p1 {
+            let two = p + 16 <= p1;
+            // SAFETY: p + 8 (p + 16 when `two`) <= p1 <= stride, so the keys of every row
+            // d < hd are inside `keys_t`; `qs` has hd * QUERIES values; `scores` has
+            // QUERIES * lp and row j's stores end at p - p0 + 16 <= lp.
+            unsafe {
+                let mut acc = [[_mm256_setzero_ps(); 2]; HALF];
+                for d in 0..hd {
+                    let at = kp.add(d * a0.stride + p);
+                    let k0 = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+                    let k1 = if two {
+                        _mm256_cvtph_ps(_mm_loadu_si128(at.add(8) as *const __m128i))
+                    } else {
+                        k0
+                    };
+                    let qd = qs.as_ptr().add(d * QUERIES + j0);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm256_broadcast_ss(&*qd.add(j));
+                        acc[0] = _mm256_fmadd_ps(w, k0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(w, k1, acc[1]);
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate().take(nq - j0) {
+                    let o = scores.as_mut_ptr().add((j0 + j) * lp + p - p0);
+                    _mm256_storeu_ps(o, acc[0]);
+                    if two {
+                        _mm256_storeu_ps(o.add(8), acc[1]);
+                    }
                 }
             }
-            for (j, acc) in acc.iter().enumerate().take(nq) {
-                _mm256_storeu_ps(scores.as_mut_ptr().add(j * lp + p - p0), *acc);
-            }
+            p += if two { 16 } else { 8 };
         }
-        p += 8;
     }
     let mut inv = [0f32; QUERIES];
     for (j, inv) in inv.iter_mut().enumerate().take(nq) {
@@ -112,40 +131,67 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
         }
     });
     let common = (max_start, min_end.max(max_start));
-    for c0 in (0..hd).step_by(8) {
-        // SAFETY: every value row p < max_end has hd halves inside `values`; c0 + 8 <= hd.
-        unsafe {
-            let mut acc = [_mm256_setzero_ps(); QUERIES];
-            let load =
-                |p: usize| _mm256_cvtph_ps(_mm_loadu_si128(vp.add(p * hd + c0) as *const __m128i));
-            let weight =
-                |j: usize, p: usize| _mm256_set1_ps(*scores.get_unchecked(j * lp + p - p0));
-            for p in min_start..common.0 {
-                let v = load(p);
-                for (j, acc) in acc.iter_mut().enumerate().take(nq) {
-                    if range[j].0 <= p && p < range[j].1 {
-                        *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
+    // Values, 6 queries at a time over 16 columns (two value vectors per broadcast
+    // weight), the last 8 columns alone when hd is not a multiple of 16.
+    for j0 in (0..nq).step_by(HALF) {
+        let mut c0 = 0;
+        while c0 < hd {
+            let two = c0 + 16 <= hd;
+            // SAFETY: every value row p < max_end has hd halves inside `values`, and
+            // c0 + 8 (c0 + 16 when `two`) <= hd; weights are read inside `scores`.
+            unsafe {
+                let mut acc = [[_mm256_setzero_ps(); 2]; HALF];
+                let load = |p: usize| {
+                    let at = vp.add(p * hd + c0);
+                    let v0 = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+                    let v1 = if two {
+                        _mm256_cvtph_ps(_mm_loadu_si128(at.add(8) as *const __m128i))
+                    } else {
+                        v0
+                    };
+                    (v0, v1)
+                };
+                let weight = |j: usize, p: usize| {
+                    _mm256_broadcast_ss(&*scores.as_ptr().add((j0 + j) * lp + p - p0))
+                };
+                let add = |acc: &mut [__m256; 2], w: __m256, (v0, v1): (__m256, __m256)| {
+                    acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+                };
+                let mine =
+                    |j: usize, p: usize| j0 + j < nq && range[j0 + j].0 <= p && p < range[j0 + j].1;
+                for p in min_start..common.0 {
+                    let v = load(p);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        if mine(j, p) {
+                            add(acc, weight(j, p), v);
+                        }
+                    }
+                }
+                for p in common.0..common.1 {
+                    let v = load(p);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        add(acc, weight(j, p), v);
+                    }
+                }
+                for p in common.1..max_end {
+                    let v = load(p);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        if mine(j, p) {
+                            add(acc, weight(j, p), v);
+                        }
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate().take(nq - j0) {
+                    let o = out.as_mut_ptr().add((j0 + j) * hd + c0);
+                    let inv = _mm256_set1_ps(inv[j0 + j]);
+                    _mm256_storeu_ps(o, _mm256_mul_ps(acc[0], inv));
+                    if two {
+                        _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc[1], inv));
                     }
                 }
             }
-            for p in common.0..common.1 {
-                let v = load(p);
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
-                }
-            }
-            for p in common.1..max_end {
-                let v = load(p);
-                for (j, acc) in acc.iter_mut().enumerate().take(nq) {
-                    if range[j].0 <= p && p < range[j].1 {
-                        *acc = _mm256_fmadd_ps(weight(j, p), v, *acc);
-                    }
-                }
-            }
-            for (j, acc) in acc.iter().enumerate().take(nq) {
-                let o = out.as_mut_ptr().add(j * hd + c0);
-                _mm256_storeu_ps(o, _mm256_mul_ps(*acc, _mm256_set1_ps(inv[j])));
-            }
+            c0 += if two { 16 } else { 8 };
         }
     }
 }
