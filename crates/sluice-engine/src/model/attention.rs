@@ -6,6 +6,9 @@ use rayon::prelude::*;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
+
+/// Below this many (position, KV head) pairs a layer's attention runs on one thread.
+const SERIAL_WORK: usize = 2048;
 use super::blocks::{RmsNorm, Rope};
 use crate::kv::KvSlab;
 
@@ -159,31 +162,37 @@ impl Attention {
             .iter()
             .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
             .collect();
-        let done: Vec<Vec<f32>> = items
-            .par_iter()
-            .map_init(Vec::new, |scores: &mut Vec<f32>, &(i0, t, kvh)| {
-                let tile: Vec<Attn> = (i0..i0 + t)
-                    .map(|i| {
-                        let r = rows[i];
-                        let len = r.pos + 1;
-                        let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
-                        Attn {
-                            q: &q[(i * heads + kvh * group) * hd..][..group * hd],
-                            hd,
-                            keys_t,
-                            stride: kv.stride,
-                            values,
-                            scale,
-                            start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
-                            softcap: self.options.softcap,
-                        }
-                    })
-                    .collect();
-                let mut o = vec![0f32; t * group * hd];
-                attend_rows(&tile, scores, &mut o);
-                o
-            })
-            .collect();
+        let one = |scores: &mut Vec<f32>, &(i0, t, kvh): &(usize, usize, usize)| {
+            let tile: Vec<Attn> = (i0..i0 + t)
+                .map(|i| {
+                    let r = rows[i];
+                    let len = r.pos + 1;
+                    let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
+                    Attn {
+                        q: &q[(i * heads + kvh * group) * hd..][..group * hd],
+                        hd,
+                        keys_t,
+                        stride: kv.stride,
+                        values,
+                        scale,
+                        start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
+                        softcap: self.options.softcap,
+                    }
+                })
+                .collect();
+            let mut o = vec![0f32; t * group * hd];
+            attend_rows(&tile, scores, &mut o);
+            o
+        };
+        // Little work (a decode step's short rows) runs on this thread: waking the other
+        // compute threads would cost more than it saves.
+        let work: usize = rows.iter().map(|r| r.pos + 1).sum::<usize>() * kv_heads;
+        let done: Vec<Vec<f32>> = if work < SERIAL_WORK {
+            let mut scores = Vec::new();
+            items.iter().map(|item| one(&mut scores, item)).collect()
+        } else {
+            items.par_iter().map_init(Vec::new, one).collect()
+        };
         for (&(i0, t, kvh), o) in items.iter().zip(&done) {
             for k in 0..t {
                 let at = ((i0 + k) * heads + kvh * group) * hd;

@@ -1,0 +1,47 @@
+//! Time of one decode step of the model alone (no engine, no sampling): milliseconds per
+//! token at positions 64..192 of one slot, with the output head (logits wanted) and
+//! without it, which splits a decode step between the layers and the head.
+//!
+//! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
+
+use sluice::engine::{GgufFile, TokenRow, kv::KvSlab, model};
+use std::time::Instant;
+
+fn main() {
+    let path = std::env::var_os("SLUICE_MODEL")
+        .map(Into::into)
+        .unwrap_or_else(sluice::config::default_model_path);
+    let file = GgufFile::open(&path).expect("a GGUF file");
+    let m = model::load(&file).expect("a model sluice runs");
+    println!("{}", path.display());
+    let s = m.shape().clone();
+    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
+    let rows: Vec<TokenRow> = (0..64)
+        .map(|p| TokenRow {
+            token: 100 + p as u32,
+            slot: 0,
+            pos: p,
+        })
+        .collect();
+    m.forward(&mut kv, &rows, &[63]);
+    for want in [true, false] {
+        let t = Instant::now();
+        for p in 64..192 {
+            let w: &[usize] = if want { &[0] } else { &[] };
+            m.forward(
+                &mut kv,
+                &[TokenRow {
+                    token: 7,
+                    slot: 0,
+                    pos: p,
+                }],
+                w,
+            );
+        }
+        println!(
+            "head {}: {:.2} ms/token",
+            if want { "included" } else { "left out" },
+            t.elapsed().as_secs_f64() * 1000.0 / 128.0
+        );
+    }
+}
