@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench kernels` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 //! `SLUICE_BENCH_ROWS=1,8,64` picks the activation rows. Only the first tensor of each
-//! (type, shape) is timed.
+//! (type, shape) is timed. First it prints the machine's read bandwidth with every compute
+//! thread, which bounds every single-row (decode) figure.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -48,6 +49,10 @@ fn run() {
         sluice_kernels::Simd::current(),
         rayon::current_num_threads()
     );
+    println!(
+        "memory read (the ceiling of one-row matmuls): {:.1} GB/s",
+        read_bandwidth()
+    );
     println!("| tensor | type | rows x cols | n | us/call | weight GB/s | GMAC/s |");
     println!("|---|---|---|---:|---:|---:|---:|");
     for ((ty, out, cols), (name, dtype, bytes)) in seen {
@@ -80,4 +85,21 @@ fn run() {
             );
         }
     }
+}
+
+/// GB/s of summing a 256 MB buffer on every compute thread (best of 5).
+fn read_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let buf = vec![1u64; 32 << 20];
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let sum: u64 = buf
+                .par_chunks(1 << 16)
+                .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                .reduce(|| 0, u64::wrapping_add);
+            std::hint::black_box(sum);
+            (buf.len() * 8) as f64 / start.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
 }
