@@ -205,18 +205,7 @@ impl QLinear {
         }
         let out = SendPtr(y.as_mut_ptr());
         let src = match &self.src {
-            Source::Packed(p) => {
-                let acts = input.acts(cols);
-                let groups = p.groups();
-                let tasks = (rayon::current_num_threads() * 4).clamp(1, groups);
-                (0..tasks).into_par_iter().for_each(|t| {
-                    let (g0, g1) = (t * groups / tasks, (t + 1) * groups / tasks);
-                    // SAFETY: tasks own disjoint group ranges, so each output element
-                    // i*rows + r is written by exactly one task, in bounds.
-                    unsafe { p.matmul_groups(acts, g0, g1, out.get(), rows) };
-                });
-                return;
-            }
+            Source::Packed(_) => return Self::matmul_many(input, &mut [(self, y)]),
             Source::Dense(d) => {
                 (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
                     let (r0, r1) = (t * TILE_ROWS, ((t + 1) * TILE_ROWS).min(rows));
