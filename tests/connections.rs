@@ -15,6 +15,31 @@ fn addr(base: &str) -> String {
     base.trim_start_matches("http://").to_string()
 }
 
+/// Sends a raw `GET /health` on `s`.
+async fn send_health(s: &mut TcpStream) {
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+}
+
+/// The start of the answer to a raw `GET /health` sent on `s` (one read).
+async fn health_head(s: &mut TcpStream) -> String {
+    send_health(s).await;
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf[..n]).to_string()
+}
+
+/// Everything the server sends on `s` until it closes it, which must be within 5 s.
+async fn answer_until_closed(s: &mut TcpStream) -> String {
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut answer))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    answer
+}
+
 /// Waits until the server closes `s` (a read returns 0 or fails), up to `limit`.
 async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     let mut buf = [0u8; 1024];
@@ -106,12 +131,7 @@ async fn idle_and_slow_header_sockets_are_closed_and_do_not_block_others() {
     }
     // A keep-alive connection left idle after its response is closed the same way.
     let mut kept = TcpStream::connect(&at).await.unwrap();
-    kept.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 512];
-    let n = kept.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(health_head(&mut kept).await.starts_with("HTTP/1.1 200"));
     assert!(closed_within(&mut kept, Duration::from_secs(10)).await);
     // And the server still serves.
     let ok = client
@@ -149,12 +169,7 @@ async fn connections_over_the_cap_are_refused_at_once() {
     while held.len() < 8 {
         assert!(Instant::now() < deadline, "could not hold 8 connections");
         let mut s = TcpStream::connect(&at).await.unwrap();
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).await.unwrap();
-        let head = String::from_utf8_lossy(&buf[..n]).to_string();
+        let head = health_head(&mut s).await;
         if head.starts_with("HTTP/1.1 200") {
             held.push(s);
         } else {
@@ -165,25 +180,14 @@ async fn connections_over_the_cap_are_refused_at_once() {
     // The ninth is answered 503 at once and closed.
     let t = Instant::now();
     let mut extra = TcpStream::connect(&at).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut answer))
-        .await
-        .expect("answered at once")
-        .unwrap();
+    let answer = answer_until_closed(&mut extra).await;
     assert!(t.elapsed() < Duration::from_secs(2));
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("retry-after: 1") && answer.contains("too_many_connections"));
     // A client that sends its request first still reads the answer (no reset).
     let mut eager = TcpStream::connect(&at).await.unwrap();
-    eager
-        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(5), eager.read_to_string(&mut answer))
-        .await
-        .expect("answered at once")
-        .unwrap();
+    send_health(&mut eager).await;
+    let answer = answer_until_closed(&mut eager).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     // Close the held ones: the server serves again.
     drop(held);
