@@ -2,6 +2,9 @@
 //! token at positions 64..192 of one slot, with the output head (logits wanted) and
 //! without it, which splits a decode step between the layers and the head.
 //!
+//! Then one decode step of 8 slots at positions 128..256 (8 rows, logits for each): the
+//! step of 8 running streams.
+//!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 
 use sluice::engine::{GgufFile, TokenRow, kv::KvSlab, model};
@@ -44,4 +47,32 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0 / 128.0
         );
     }
+    let slots = 8;
+    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
+    for slot in 0..slots {
+        let rows: Vec<TokenRow> = (0..128)
+            .map(|p| TokenRow {
+                token: 100 + (p * 7 + slot) as u32 % 1000,
+                slot,
+                pos: p,
+            })
+            .collect();
+        m.forward(&mut kv, &rows, &[127]);
+    }
+    let want: Vec<usize> = (0..slots).collect();
+    let t = Instant::now();
+    for p in 128..256 {
+        let rows: Vec<TokenRow> = (0..slots)
+            .map(|slot| TokenRow {
+                token: 7 + slot as u32,
+                slot,
+                pos: p,
+            })
+            .collect();
+        m.forward(&mut kv, &rows, &want);
+    }
+    println!(
+        "{slots} slots: {:.2} ms/step",
+        t.elapsed().as_secs_f64() * 1000.0 / 128.0
+    );
 }

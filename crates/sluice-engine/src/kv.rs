@@ -5,6 +5,7 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use sluice_kernels::{KEY_BLOCK, key_index};
 
 /// `n` f16 zeros on fresh anonymous pages, which the OS backs only when first written: an
 /// idle slab costs address space, not memory. (A heap allocation, even a zeroed one, may
@@ -40,9 +41,11 @@ impl std::ops::DerefMut for Zeroed {
 
 /// Keys and values for every layer, slot, KV head and position.
 ///
-/// Layout per layer and (slot, kv_head): keys transposed, `[head_dim][stride]` (`stride`
-/// is the context rounded up to 16 so that kernels may read whole vectors), so the
-/// scores of many positions are one vector multiply-add per key dimension; values
+/// Layout per layer and (slot, kv_head): keys transposed in blocks of `KEY_BLOCK` (16)
+/// positions, `[stride / 16][head_dim][16]` (`stride` is the context rounded up to 16 so
+/// that kernels may read whole vectors), so the scores of many positions are one vector
+/// multiply-add per key dimension, and one position's keys, written or read, lie in one
+/// contiguous block rather than `head_dim` rows a context apart; values
 /// `[position][head_dim]`, so the weighted sum adds whole rows. Attention reads only a
 /// slot's own live prefix of each, without gathering or masks.
 pub struct KvSlab {
@@ -50,7 +53,7 @@ pub struct KvSlab {
     pub slots: usize,
     /// Positions per slot.
     pub context: usize,
-    /// Key row length: `context` rounded up to a multiple of 16.
+    /// Positions per (slot, head) key array: `context` rounded up to a multiple of 16.
     pub stride: usize,
     kv_heads: usize,
     head_dim: usize,
@@ -107,15 +110,15 @@ impl KvSlab {
             let kh = &mut kh[..hd];
             kh.convert_from_f32_slice(&k[h * hd..(h + 1) * hd]);
             for (d, kd) in kh.iter().enumerate() {
-                keys[d * stride + pos] = *kd;
+                keys[key_index(hd, d, pos)] = *kd;
             }
             let o = self.offset(slot, h, pos);
             self.values[layer][o..o + hd].convert_from_f32_slice(&v[h * hd..(h + 1) * hd]);
         }
     }
 
-    /// One slot and head: its transposed keys (`head_dim` rows of `stride` positions, of
-    /// which `0..len` are live) and the values of positions `0..len`.
+    /// One slot and head: its transposed keys (`stride` positions in the block layout
+    /// above, of which `0..len` are live) and the values of positions `0..len`.
     pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f16], &[f16]) {
         let o = self.offset(slot, head, 0);
         (
@@ -126,19 +129,25 @@ impl KvSlab {
 
     /// Copies positions `0..len` of slot `from` into slot `to`, every layer and head, in
     /// place (prefix reuse and shared prefills: docs/ARCHITECTURE.md, "Prefix reuse").
+    /// Positions `len..` of `to` are left as they were, so a copy never touches what a
+    /// later write will own.
     pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
         assert!(
             from != to && len <= self.context,
             "copy_prefix({from}, {to}, {len})"
         );
-        let (hd, stride) = (self.head_dim, self.stride);
+        let hd = self.head_dim;
         for layer in 0..self.keys.len() {
             for h in 0..self.kv_heads {
                 let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
                 let keys = &mut self.keys[layer];
+                // Whole blocks at once, then the positions of the last, partial block.
+                let whole = len / KEY_BLOCK * KEY_BLOCK * hd;
+                keys.copy_within(src..src + whole, dst);
                 for d in 0..hd {
-                    let (s, t) = (src + d * stride, dst + d * stride);
-                    keys.copy_within(s..s + len, t);
+                    for p in len / KEY_BLOCK * KEY_BLOCK..len {
+                        keys[dst + key_index(hd, d, p)] = keys[src + key_index(hd, d, p)];
+                    }
                 }
                 self.values[layer].copy_within(src..src + len * hd, dst);
             }
@@ -152,10 +161,12 @@ mod tests {
 
     #[test]
     fn copy_prefix_copies_only_the_prefix_of_every_layer_and_head() {
-        let mut kv = KvSlab::new(2, 2, 4, 3, 8);
+        // 21 positions: one whole key block and 5 of the next.
+        let (context, len) = (40, 21);
+        let mut kv = KvSlab::new(2, 2, 4, 3, context);
         let row = |x: f32| vec![x; 8];
         for layer in 0..2 {
-            for pos in 0..8 {
+            for pos in 0..context {
                 kv.write(
                     layer,
                     0,
@@ -166,16 +177,16 @@ mod tests {
                 kv.write(layer, 2, pos, &row(100.0), &row(100.0));
             }
         }
-        kv.copy_prefix(0, 2, 5);
+        kv.copy_prefix(0, 2, len);
         for layer in 0..2 {
             for h in 0..2 {
-                let (k, v) = kv.read(layer, 2, h, 8);
-                for pos in 0..8 {
-                    let want = if pos < 5 { pos as f32 + 1.0 } else { 100.0 };
+                let (k, v) = kv.read(layer, 2, h, context);
+                for pos in 0..context {
+                    let want = if pos < len { pos as f32 + 1.0 } else { 100.0 };
                     for d in 0..4 {
-                        assert_eq!(k[d * kv.stride + pos].to_f32(), want);
+                        assert_eq!(k[key_index(4, d, pos)].to_f32(), want);
                     }
-                    let want = if pos < 5 { -want } else { 100.0 };
+                    let want = if pos < len { -want } else { 100.0 };
                     assert!(v[pos * 4..pos * 4 + 4].iter().all(|x| x.to_f32() == want));
                 }
             }

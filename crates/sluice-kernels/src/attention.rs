@@ -8,15 +8,29 @@ use half::f16;
 
 use crate::simd::Simd;
 
+/// Positions per block of transposed keys. Within a block, the keys of one dimension
+/// are adjacent (one vector load per dimension for 8 or 16 positions) and a block's
+/// dimensions follow each other, so reading a block's keys, or writing one position
+/// into it, touches one contiguous `2 * hd * KEY_BLOCK` bytes rather than `hd` rows a
+/// whole context apart (a page each, and a TLB miss each, at long contexts).
+pub const KEY_BLOCK: usize = 16;
+
+/// Index of dimension `d` of position `p` in transposed keys of head size `hd`.
+#[inline(always)]
+pub fn key_index(hd: usize, d: usize, p: usize) -> usize {
+    (p / KEY_BLOCK * hd + d) * KEY_BLOCK + p % KEY_BLOCK
+}
+
 /// The inputs of `attend_group`.
 pub struct Attn<'a> {
     /// The group's query heads, `g x hd`.
     pub q: &'a [f32],
     /// Head dimension.
     pub hd: usize,
-    /// Transposed keys: `hd` rows of `stride` positions (a multiple of 16).
+    /// Transposed keys in blocks of `KEY_BLOCK` positions, `[stride / KEY_BLOCK][hd]
+    /// [KEY_BLOCK]`: dimension `d` of position `p` is at `key_index(hd, d, p)`.
     pub keys_t: &'a [f16],
-    /// Row length of `keys_t`.
+    /// Positions `keys_t` holds (a multiple of `KEY_BLOCK`).
     pub stride: usize,
     /// Values of positions `0..len`, `len x hd`.
     pub values: &'a [f16],
@@ -127,12 +141,11 @@ pub(crate) fn attend_body(
     scores.resize(g * len, 0.0);
     // Closures would be compiled without the caller's target features: plain loops.
     for d in 0..hd {
-        let krow = &a.keys_t[d * a.stride + start..d * a.stride + end];
         for h in 0..g {
             let qd = a.q[h * hd + d] * a.scale;
             let s = &mut scores[h * len..(h + 1) * len];
-            for (si, k) in s.iter_mut().zip(krow) {
-                *si = fma(qd, k.to_f32_const(), *si);
+            for (si, p) in s.iter_mut().zip(start..end) {
+                *si = fma(qd, a.keys_t[key_index(hd, d, p)].to_f32_const(), *si);
             }
         }
     }
@@ -213,7 +226,7 @@ mod tests {
                 let s: Vec<f64> = (0..len)
                     .map(|p| {
                         (0..hd)
-                            .map(|d| q[h * hd + d] as f64 * keys_t[d * stride + p].to_f64())
+                            .map(|d| q[h * hd + d] as f64 * keys_t[key_index(hd, d, p)].to_f64())
                             .sum::<f64>()
                             * scale as f64
                     })
@@ -328,7 +341,7 @@ mod tests {
             let s: Vec<f64> = (start..len)
                 .map(|p| {
                     let raw: f64 = (0..hd)
-                        .map(|d| q[h * hd + d] as f64 * keys_t[d * stride + p].to_f64())
+                        .map(|d| q[h * hd + d] as f64 * keys_t[key_index(hd, d, p)].to_f64())
                         .sum();
                     cap as f64 * (raw / cap as f64).tanh()
                 })

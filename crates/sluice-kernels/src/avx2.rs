@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use crate::acts::{Out, QuantActs};
-use crate::attention::Attn;
+use crate::attention::{Attn, KEY_BLOCK, key_index};
 use crate::packed::{GROUP, PackedMatrix};
 
 /// 8 scale lanes starting at lane `h * 8`.
@@ -313,14 +313,25 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
         }
         let mut p = p0;
         while p < p1 {
-            // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every row d < hd are inside
-            // `keys_t`; `qs` has hd * H values; `scores` has H * lp room from row h0.
+            // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every dimension d < hd (in
+            // key block p / 16) are inside `keys_t`; `qs` has hd * H values; `scores`
+            // has H * lp room from row h0.
             unsafe {
+                if h0 == 0 {
+                    // Ask for the values of these positions now: the weighted sum reads
+                    // them after all the scores, and a decode step finds them in memory,
+                    // not in cache (the weights streamed through since the last step).
+                    let (lo, hi) = (p.max(start) * hd, (p + 8).min(end) * hd);
+                    for at in (lo..hi).step_by(32) {
+                        _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8);
+                    }
+                }
                 let mut acc = [_mm256_setzero_ps(); H];
+                // p is a multiple of 8: its 8 keys of a dimension are in one block.
+                let kb = kp.add(key_index(hd, 0, p));
                 for d in 0..hd {
-                    let k = _mm256_cvtph_ps(_mm_loadu_si128(
-                        kp.add(d * a.stride + p) as *const __m128i
-                    ));
+                    let k =
+                        _mm256_cvtph_ps(_mm_loadu_si128(kb.add(d * KEY_BLOCK) as *const __m128i));
                     let qd = qs.as_ptr().add(d * H);
                     for (h, acc) in acc.iter_mut().enumerate() {
                         *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qd.add(h)), k, *acc);

@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, softmax_unnormalised};
+use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
 
 /// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 12;
@@ -79,16 +79,29 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
         let mut p = p0;
         while p < p1 {
             let two = p + 16 <= p1;
-            // SAFETY: p + 8 (p + 16 when `two`) <= p1 <= stride, so the keys of every row
-            // d < hd are inside `keys_t`; `qs` has hd * QUERIES values; `scores` has
-            // QUERIES * lp and row j's stores end at p - p0 + 16 <= lp.
+            // SAFETY: p + 8 (p + 16 when `two`) <= p1 <= stride, so the key blocks of
+            // positions p and, when `two`, p + 8 are inside `keys_t`; `qs` has
+            // hd * QUERIES values; `scores` has QUERIES * lp and row j's stores end at
+            // p - p0 + 16 <= lp.
             unsafe {
+                if j0 == 0 {
+                    // The values of these positions, asked for now: the weighted sums
+                    // read them after all the scores (as in `avx2::attend`).
+                    let step = if two { 16 } else { 8 };
+                    let (lo, hi) = (p.max(min_start) * hd, (p + step).min(max_end) * hd);
+                    for at in (lo..hi).step_by(32) {
+                        _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8);
+                    }
+                }
                 let mut acc = [[_mm256_setzero_ps(); 2]; HALF];
+                // p is a multiple of 8: positions p.. and p + 8.. each lie in one block.
+                let kb0 = kp.add(key_index(hd, 0, p));
+                let kb1 = kp.wrapping_add(key_index(hd, 0, p + 8));
                 for d in 0..hd {
-                    let at = kp.add(d * a0.stride + p);
-                    let k0 = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+                    let k0 =
+                        _mm256_cvtph_ps(_mm_loadu_si128(kb0.add(d * KEY_BLOCK) as *const __m128i));
                     let k1 = if two {
-                        _mm256_cvtph_ps(_mm_loadu_si128(at.add(8) as *const __m128i))
+                        _mm256_cvtph_ps(_mm_loadu_si128(kb1.add(d * KEY_BLOCK) as *const __m128i))
                     } else {
                         k0
                     };

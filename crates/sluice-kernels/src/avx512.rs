@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use crate::acts::{ABLOCK, Out, QuantActs};
-use crate::attention::{Attn, softmax_unnormalised};
+use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
 use crate::packed::{GROUP, PackedMatrix, ROWS};
 
 /// Loads 16 scale lanes (f16 or f32).
@@ -204,13 +204,15 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
         };
         let mut p = 0;
         while p < len {
-            // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so the
-            // 16 keys of every row d < hd are inside `keys_t`; scores has H * lp room.
+            // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so key
+            // block p / 16, which holds the 16 keys of every dimension d < hd, is inside
+            // `keys_t`; scores has H * lp room.
             unsafe {
                 let mut acc = [_mm512_setzero_ps(); H];
+                let kb = kp.add(key_index(hd, 0, p));
                 for d in 0..hd {
                     let k = _mm512_cvtph_ps(_mm256_loadu_si256(
-                        kp.add(d * a.stride + p) as *const __m256i
+                        kb.add(d * KEY_BLOCK) as *const __m256i
                     ));
                     for (h, acc) in acc.iter_mut().enumerate() {
                         *acc = _mm512_fmadd_ps(_mm512_set1_ps(qd(h, d)), k, *acc);

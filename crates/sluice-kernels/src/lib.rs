@@ -32,7 +32,9 @@ mod simd;
 pub use activation::{gelu_mul, silu_mul};
 pub use acts::{ABLOCK, QuantActs};
 pub use alloc::CountingAlloc;
-pub use attention::{Attn, attend_group, attend_rows, exp_fast, rows_per_tile};
+pub use attention::{
+    Attn, KEY_BLOCK, attend_group, attend_rows, exp_fast, key_index, rows_per_tile,
+};
 pub use linear::{Input, LinearError, QLinear};
 pub use packed::PackedMatrix;
 pub use quantize::quantize;
