@@ -95,6 +95,31 @@ pub fn scores(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
     (logits[token as usize] - lse, top)
 }
 
+/// `f32::total_cmp`'s order as a signed integer: `a.total_cmp(&b) == key(a).cmp(&key(b))`.
+#[inline(always)]
+fn total_key(x: f32) -> i32 {
+    let b = x.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+/// The first index of the largest value in `total_cmp`'s order: two passes over integer
+/// keys (a maximum, then the first index holding it), both vectorised, where comparing
+/// each value with the best so far is a serial chain (a 262,144-token vocabulary is read on
+/// every greedy step).
+fn argmax(values: &[f32]) -> usize {
+    let mut lanes = [i32::MIN; 16];
+    for c in values.chunks(16) {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l = (*l).max(total_key(*x));
+        }
+    }
+    let top = lanes.into_iter().max().unwrap_or(i32::MIN);
+    values
+        .iter()
+        .position(|x| total_key(*x) == top)
+        .unwrap_or(0)
+}
+
 /// Indices of the `k` largest values, best first, ties broken by lower index.
 pub(crate) fn best(values: &[f32], k: usize) -> Vec<usize> {
     let k = k.min(values.len());
@@ -102,14 +127,7 @@ pub(crate) fn best(values: &[f32], k: usize) -> Vec<usize> {
         return Vec::new();
     }
     if k == 1 {
-        // Argmax, first index on ties.
-        let mut b = 0;
-        for (i, v) in values.iter().enumerate() {
-            if v.total_cmp(&values[b]).is_gt() {
-                b = i;
-            }
-        }
-        return vec![b];
+        return vec![argmax(values)];
     }
     let order = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
     let mut idx: Vec<usize> = (0..values.len()).collect();
@@ -162,10 +180,10 @@ fn penalise(logits: &mut [f32], p: &SamplingParams, h: &History) {
 /// Chooses the next token of a sequence at generation step `step` and reports `n_top`
 /// raw alternatives. `logits` is the model's raw output and is left untouched.
 pub fn sample(logits: &[f32], p: &SamplingParams, h: &History, step: u64, n_top: usize) -> Sampled {
-    sample_with(logits, p, h, step, n_top, |_| {})
+    sample_with(logits, p, h, step, n_top, None::<fn(&mut [f32])>)
 }
 
-/// As `sample`, with `restrict` applied to the penalised logits before the choice (a
+/// As `sample`, with `restrict` (if any) applied to the penalised logits before the choice (a
 /// grammar's mask sets forbidden tokens to -inf); log-probabilities stay those of the raw
 /// distribution.
 pub fn sample_with(
@@ -174,11 +192,24 @@ pub fn sample_with(
     h: &History,
     step: u64,
     n_top: usize,
-    restrict: impl FnOnce(&mut [f32]),
+    restrict: Option<impl FnOnce(&mut [f32])>,
 ) -> Sampled {
-    let mut work = logits.to_vec();
-    penalise(&mut work, p, h);
-    restrict(&mut work);
+    let plain = p.presence_penalty == 0.0
+        && p.frequency_penalty == 0.0
+        && p.repetition_penalty == 1.0
+        && p.logit_bias.is_empty();
+    // The raw logits themselves when nothing changes them (no copy of the vocabulary).
+    let work: std::borrow::Cow<[f32]> = match restrict {
+        None if plain => std::borrow::Cow::Borrowed(logits),
+        restrict => {
+            let mut w = logits.to_vec();
+            penalise(&mut w, p, h);
+            if let Some(r) = restrict {
+                r(&mut w);
+            }
+            std::borrow::Cow::Owned(w)
+        }
+    };
     let token = if p.temperature <= 0.0 {
         best(&work, 1)[0] as u32
     } else {

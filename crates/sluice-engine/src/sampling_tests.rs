@@ -172,3 +172,47 @@ fn temperature_zero_never_divides() {
     assert_eq!(s.token, 2);
     assert!(s.logprob.is_finite());
 }
+
+#[test]
+fn argmax_is_the_first_index_of_the_total_order_maximum() {
+    // The serial definition: the first index whose value is greater than every earlier one
+    // in `total_cmp`'s order.
+    fn serial(v: &[f32]) -> usize {
+        let mut b = 0;
+        for (i, x) in v.iter().enumerate() {
+            if x.total_cmp(&v[b]).is_gt() {
+                b = i;
+            }
+        }
+        b
+    }
+    let specials = [
+        0.0,
+        -0.0,
+        1.5,
+        -1.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+    ];
+    for case in 0..400u64 {
+        let n = [1usize, 2, 15, 16, 17, 33, 1000][case as usize % 7];
+        let v: Vec<f32> = (0..n as u64)
+            .map(|i| {
+                let r = uniform(case, i);
+                if r < 0.2 {
+                    specials[(r * 55.0) as usize % specials.len()]
+                } else {
+                    // A coarse grid, so ties are common.
+                    ((r * 8.0) as i32 - 4) as f32
+                }
+            })
+            .collect();
+        assert_eq!(argmax(&v), serial(&v), "case {case}: {v:?}");
+        assert_eq!(best(&v, 1), vec![serial(&v)]);
+    }
+}

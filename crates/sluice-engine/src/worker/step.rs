@@ -33,11 +33,9 @@ impl Job<'_> {
             self.history,
             self.step,
             self.n_top,
-            |work| {
-                if let Some(m) = &self.mask {
-                    crate::constraint::apply(m, work);
-                }
-            },
+            self.mask
+                .as_ref()
+                .map(|m| |work: &mut [f32]| crate::constraint::apply(m, work)),
         )
     }
 }
