@@ -142,10 +142,10 @@ impl KvSlab {
                 let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
                 let keys = &mut self.keys[layer];
                 // Whole blocks at once, then the positions of the last, partial block.
-                let whole = len / KEY_BLOCK * KEY_BLOCK * hd;
-                keys.copy_within(src..src + whole, dst);
+                let full = len / KEY_BLOCK * KEY_BLOCK;
+                keys.copy_within(src..src + full * hd, dst);
                 for d in 0..hd {
-                    for p in len / KEY_BLOCK * KEY_BLOCK..len {
+                    for p in full..len {
                         keys[dst + key_index(hd, d, p)] = keys[src + key_index(hd, d, p)];
                     }
                 }

@@ -8,6 +8,16 @@ use crate::acts::{Out, QuantActs};
 use crate::attention::{Attn, KEY_BLOCK, key_index};
 use crate::packed::{GROUP, PackedMatrix};
 
+/// Prefetches the f16 values `vp[lo..hi]` into L1, a cache line (32 values) at a time.
+/// A prefetch never faults, so the addresses need not be in bounds.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
+    for at in (lo..hi).step_by(32) {
+        // SAFETY: the caller has SSE (every AVX2 CPU does); a prefetch does not fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8) };
+    }
+}
+
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
 unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
@@ -321,10 +331,7 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                     // Ask for the values of these positions now: the weighted sum reads
                     // them after all the scores, and a decode step finds them in memory,
                     // not in cache (the weights streamed through since the last step).
-                    let (lo, hi) = (p.max(start) * hd, (p + 8).min(end) * hd);
-                    for at in (lo..hi).step_by(32) {
-                        _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8);
-                    }
+                    prefetch_values(vp, p.max(start) * hd, (p + 8).min(end) * hd);
                 }
                 let mut acc = [_mm256_setzero_ps(); H];
                 // p is a multiple of 8: its 8 keys of a dimension are in one block.

@@ -10,6 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
+use crate::avx2::prefetch_values;
 
 /// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 12;
@@ -88,10 +89,7 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
                     // The values of these positions, asked for now: the weighted sums
                     // read them after all the scores (as in `avx2::attend`).
                     let step = if two { 16 } else { 8 };
-                    let (lo, hi) = (p.max(min_start) * hd, (p + step).min(max_end) * hd);
-                    for at in (lo..hi).step_by(32) {
-                        _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8);
-                    }
+                    prefetch_values(vp, p.max(min_start) * hd, (p + step).min(max_end) * hd);
                 }
                 let mut acc = [[_mm256_setzero_ps(); 2]; HALF];
                 // p is a multiple of 8: positions p.. and p + 8.. each lie in one block.
