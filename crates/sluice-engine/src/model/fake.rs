@@ -41,6 +41,7 @@ impl FakeModel {
                 head_dim: 16,
                 vocab: VOCAB,
                 train_context: 64,
+                attention_break_even: 0,
             },
             step,
             calls: Arc::default(),

@@ -98,7 +98,24 @@ impl Hparams {
             head_dim: self.head_dim,
             vocab: self.vocab,
             train_context: self.train_context,
+            attention_break_even: self.attention_break_even(),
         }
+    }
+
+    /// The context at which a row's attention (scores and weighted values over every
+    /// earlier position, in f32) takes as long as its weight matmuls (integer dot products,
+    /// about twice as fast per multiply-add on the CPU kernels).
+    fn attention_break_even(&self) -> usize {
+        const ATTENTION_MAC_COST: usize = 2;
+        let (d, q, kv) = (
+            self.dim,
+            self.n_heads * self.head_dim,
+            self.n_kv_heads * self.head_dim,
+        );
+        let per_layer = d * q + 2 * d * kv + q * d + 3 * d * self.ffn_dim;
+        let weights = self.n_layers * per_layer + d * self.vocab;
+        let per_position = ATTENTION_MAC_COST * 2 * self.n_layers * q;
+        (weights / per_position.max(1)).max(1)
     }
 
     /// The rotary embedding with the file's base and scaling.

@@ -53,6 +53,10 @@ pub struct Shape {
     pub vocab: usize,
     /// Context length the model was trained for.
     pub train_context: usize,
+    /// Context at which one row's attention costs about as much as its weight matmuls (0:
+    /// unknown, every row costs the same). Prompt chunks are sized with it
+    /// (`scheduler::chunk_rows`).
+    pub attention_break_even: usize,
 }
 
 /// A model the engine can run. The engine thread owns it; `forward` is the only compute.

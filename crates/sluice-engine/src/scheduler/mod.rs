@@ -1,8 +1,10 @@
-//! Scheduling policy: prompt-length buckets and prefill batch formation. Pure functions
-//! over plain data; the engine worker applies them.
+//! Scheduling policy: prompt-length buckets, prefill batch formation and prompt chunk
+//! sizes. Pure functions over plain data; the engine worker applies them.
 
 pub mod batcher;
 pub mod bucket;
+pub mod chunk;
 
 pub use batcher::{Plan, Waiting, plan};
 pub use bucket::Buckets;
+pub use chunk::{chunk_cost, chunk_rows};

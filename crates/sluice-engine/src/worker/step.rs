@@ -10,6 +10,7 @@ use crate::constraint::{Guide, SimpleVob};
 use crate::model::TokenRow;
 use crate::request::PromptToken;
 use crate::sampling::{History, Sampled, SamplingParams, sample_with, scores};
+use crate::scheduler::{chunk_cost, chunk_rows};
 use crate::sequence::{Progress, Sequence};
 
 /// One sequence's sampling inputs, borrowed for the parallel pass of `sample_into`.
@@ -110,13 +111,15 @@ impl Worker {
         }
         let decode_rows = rows.len();
         let mut budget = self.config.max_batch_tokens.saturating_sub(decode_rows);
+        let break_even = self.model.shape().attention_break_even;
         for (s, part) in seqs.iter().zip(&mut parts) {
             if !s.is_prefilling() || budget == 0 {
                 continue;
             }
             let (from, len) = (s.computed, s.req.prompt.len());
-            let to = len.min(from + budget);
-            budget -= to - from;
+            // Rows late in a long prompt count more: their attention grows with position.
+            let to = from + chunk_rows(from, len - from, budget, break_even);
+            budget = budget.saturating_sub(chunk_cost(from, to - from, break_even));
             let completes = to == len;
             let all = s.req.prompt_logprobs.is_some();
             part.logits = want.len();
