@@ -2,7 +2,10 @@
 //! random stream derived from (seed, step) so a request samples the same tokens alone or
 //! in any batch, in any slot (docs/ARCHITECTURE.md, "Sampling").
 
-use sluice_kernels::exp_fast;
+use sluice_kernels::{exp_fast, exp_sum, exp_weights, max_value};
+
+#[path = "draw_bins.rs"]
+mod bins;
 
 /// How one request chooses its tokens. Every field is per request; a batch mixes them.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,14 +83,8 @@ pub fn uniform(seed: u64, step: u64) -> f64 {
 /// `log_softmax` of the raw logits: the log-probability of `token` and the best `n`
 /// tokens with theirs.
 pub fn scores(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sums = [0f32; 16];
-    for c in logits.chunks(16) {
-        for (s, l) in sums.iter_mut().zip(c) {
-            *s += exp_fast(l - max);
-        }
-    }
-    let lse = max + sums.iter().sum::<f32>().ln();
+    let max = max_value(logits);
+    let lse = max + exp_sum(logits, max).ln();
     let top = best(logits, n)
         .into_iter()
         .map(|i| (i as u32, logits[i] - lse))
@@ -290,9 +287,29 @@ impl<'a> Ranked<'a> {
 }
 
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
-/// sampling with `u` in candidate order (best first, ties by index). The candidates are
-/// walked in that order only as far as the draw needs (docs/ARCHITECTURE.md, "Sampling").
+/// sampling with `u` in candidate order (best first, ties by index). Without top-k the
+/// binned walk (`draw_bins.rs`) finds the token without sorting; it gives up near rounding
+/// ties, where the exact walk decides.
 fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
+    if p.top_k == 0 || p.top_k >= logits.len() {
+        let max = max_value(logits);
+        if max.is_finite() {
+            let mut w = vec![0f32; logits.len()];
+            let total = exp_weights(logits, max, p.temperature, &mut w);
+            if total.is_finite()
+                && total > 0.0
+                && let Some(token) = bins::draw(logits, &w, total, max, p, u)
+            {
+                return token;
+            }
+        }
+    }
+    draw_exact(logits, p, u)
+}
+
+/// `draw` token by token: the candidates are walked in draw order only as far as the draw
+/// needs (docs/ARCHITECTURE.md, "Sampling").
+fn draw_exact(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     let t = p.temperature;
     let n = logits.len();
     let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
@@ -300,7 +317,7 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     let mut cand: Vec<usize> = Vec::new();
     let best = if whole {
         // The highest logit (a vectorised pass), then the lowest index holding it.
-        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let m = max_value(logits);
         (0..n)
             .filter(|&i| logits[i] == m || logits[i].is_nan())
             .min_by(|a, b| Ranked::order(logits, *a, *b))
@@ -318,16 +335,8 @@ fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
     // Weights exp((l - max) / t) in f32 (the vectorised exp), the normaliser in f64.
     let mut w = vec![0f32; if whole { n } else { 0 }];
     let total: f64 = if whole {
-        let mut sums = [0f64; 8];
-        for (wc, lc) in w.chunks_mut(8).zip(logits.chunks(8)) {
-            for ((wi, l), s) in wc.iter_mut().zip(lc).zip(sums.iter_mut()) {
-                // A forbidden token (-inf) weighs exactly nothing.
-                let e = exp_fast((l - max) / t);
-                *wi = if *l == f32::NEG_INFINITY { 0.0 } else { e };
-                *s += *wi as f64;
-            }
-        }
-        sums.iter().sum()
+        // A forbidden token (-inf) weighs exactly nothing.
+        exp_weights(logits, max, t, &mut w)
     } else {
         cand.iter()
             .map(|&i| match logits[i] {

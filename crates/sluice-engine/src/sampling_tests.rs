@@ -216,3 +216,61 @@ fn argmax_is_the_first_index_of_the_total_order_maximum() {
         assert_eq!(best(&v, 1), vec![serial(&v)]);
     }
 }
+
+#[test]
+fn the_binned_draw_answers_almost_always_and_as_the_exact_walk() {
+    let (mut answered, mut cases) = (0, 0);
+    for case in 0..160u64 {
+        let n = [50usize, 3_000, 49_152, 262_144][case as usize % 4];
+        // Peaked rows (a few tokens hold the mass), flat ones, ties, forbidden tokens.
+        let spread = [2.0f32, 8.0, 30.0][(case / 4) as usize % 3];
+        let logits: Vec<f32> = (0..n as u64)
+            .map(|i| match uniform(case, i) {
+                r if r < 0.01 => f32::NEG_INFINITY,
+                r if case % 2 == 0 => (r as f32 * spread * 8.0).round() / 8.0,
+                r => (r as f32).powi(6) * spread,
+            })
+            .collect();
+        let p = SamplingParams {
+            temperature: [0.2, 0.8, 1.0, 1.5][(case / 12) as usize % 4],
+            top_p: [1.0, 0.95, 0.5][(case / 3) as usize % 3],
+            min_p: [0.0, 0.05][(case / 5) as usize % 2],
+            ..SamplingParams::default()
+        };
+        let max = max_value(&logits);
+        let mut w = vec![0f32; n];
+        let total = exp_weights(&logits, max, p.temperature, &mut w);
+        for step in 0..8 {
+            let u = uniform(case ^ 0x5EED, step);
+            cases += 1;
+            if let Some(t) = bins::draw(&logits, &w, total, max, &p, u) {
+                answered += 1;
+                assert_eq!(
+                    t,
+                    draw_exact(&logits, &p, u),
+                    "case {case} step {step} {p:?}"
+                );
+            }
+        }
+    }
+    assert!(answered * 100 >= cases * 99, "{answered} of {cases}");
+}
+
+#[test]
+fn the_binned_draw_leaves_rounding_ties_to_the_exact_walk() {
+    // Two equal tokens: a target of exactly one half is where adding their probabilities
+    // in another order could move the choice.
+    let l = [1.0f32, 1.0, -50.0];
+    let p = SamplingParams {
+        temperature: 1.0,
+        ..SamplingParams::default()
+    };
+    let max = max_value(&l);
+    let mut w = vec![0f32; 3];
+    let total = exp_weights(&l, max, 1.0, &mut w);
+    let half = (w[0] as f64 / total) / (1.0 + 1e-15);
+    assert_eq!(bins::draw(&l, &w, total, max, &p, half), None);
+    assert_eq!(bins::draw(&l, &w, total, max, &p, 0.25), Some(0));
+    assert_eq!(bins::draw(&l, &w, total, max, &p, 0.75), Some(1));
+    assert_eq!(draw(&l, &p, half), draw_exact(&l, &p, half));
+}

@@ -275,3 +275,27 @@ pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
 pub(crate) unsafe fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     crate::activation::gelu_body(gate, up)
 }
+
+/// The largest value (see `softmax::max_value`).
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn max_body(values: &[f32]) -> f32 {
+    crate::softmax::max_body(values)
+}
+
+/// Temperature weights and their total (see `softmax::exp_weights`).
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn weights_body(logits: &[f32], max: f32, t: f32, w: &mut [f32]) -> f64 {
+    crate::softmax::weights_body(logits, max, t, w)
+}
+
+/// The softmax normaliser (see `softmax::exp_sum`).
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn exp_sum_body(logits: &[f32], max: f32) -> f32 {
+    crate::softmax::exp_sum_body(logits, max)
+}
+
+/// Bin indices of logits (see `softmax::bin_indices`).
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn bins_body(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [u16]) {
+    crate::softmax::bins_body(logits, max, scale, last, bins)
+}

@@ -10,7 +10,8 @@
 //!   by f32 activations (int8-quantised once per [`Input`] for the integer kernels).
 //! - [`attend_group`]: attention of one GQA group over f16 keys and values;
 //!   [`attend_rows`]: of several rows of one slot in one pass.
-//! - [`silu_mul`] / [`gelu_mul`], [`exp_fast`], [`dot`].
+//! - [`silu_mul`] / [`gelu_mul`], [`exp_fast`], [`dot`]; the vocabulary passes of
+//!   sampling: [`max_value`], [`exp_weights`], [`bin_indices`], [`exp_sum`].
 
 mod activation;
 mod acts;
@@ -28,6 +29,7 @@ mod linear;
 mod packed;
 mod quantize;
 mod simd;
+mod softmax;
 
 pub use activation::{gelu_mul, silu_mul};
 pub use acts::{ABLOCK, QuantActs};
@@ -39,3 +41,4 @@ pub use linear::{Input, LinearError, QLinear};
 pub use packed::PackedMatrix;
 pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};
+pub use softmax::{bin_indices, exp_sum, exp_weights, max_value};
