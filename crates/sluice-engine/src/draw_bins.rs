@@ -1,6 +1,6 @@
 //! `sampling::draw` without sorting the candidates: the running probability in draw
 //! order (logit descending, lower id first) is found bin by bin. Tokens fall into bins of
-//! 1/16 nat (x temperature) below the best logit (rounded to the nearest); the bins'
+//! 1/64 nat (x temperature) below the best logit (rounded to the nearest); the bins'
 //! masses give, in one pass, where top-p's cut and the draw's target fall, and only the
 //! tokens of those bins are sorted. The exact walk adds token probabilities one by one; the
 //! bins add them in another order, so sums differ by rounding (about 1e-11 at most for
@@ -12,8 +12,8 @@
 use super::{Ranked, SamplingParams};
 
 /// Bins: 32 nats below the best logit; every token further down goes to the last bin.
-const BINS: usize = 512;
-const PER_NAT: f32 = 16.0;
+const BINS: usize = 2048;
+const PER_NAT: f32 = 64.0;
 /// Far above the rounding of any sum of probabilities here, far below any gap a draw
 /// is likely to land in.
 const MARGIN: f64 = 1e-9;
@@ -33,29 +33,48 @@ impl<'a> Bins<'a> {
     pub(super) fn new(logits: &'a [f32], w: &'a [f32], total: f64, max: f32, t: f32) -> Self {
         let mut bin = vec![0u16; logits.len()];
         sluice_kernels::bin_indices(logits, max, PER_NAT / t, (BINS - 1) as u16, &mut bin);
-        // Four interleaved histograms, so that neighbouring tokens in one bin do not wait
-        // on each other's additions.
-        let mut mass = vec![[0f64; 4]; BINS];
-        let mut count = vec![[0usize; 4]; BINS];
-        for (i, (&k, &wi)) in bin.iter().zip(w).enumerate() {
-            mass[k as usize][i % 4] += wi as f64;
-            count[k as usize][i % 4] += 1;
+        // Four histograms, each taking every fourth token, so that neighbouring tokens in
+        // one bin do not wait on each other's additions.
+        let mut mass = [[0f64; BINS]; 4];
+        let mut count = [[0u32; BINS]; 4];
+        let mut quads = bin.chunks_exact(4).zip(w.chunks_exact(4));
+        for (k, x) in &mut quads {
+            for j in 0..4 {
+                let b = k[j] as usize % BINS;
+                mass[j][b] += x[j] as f64;
+                count[j][b] += 1;
+            }
+        }
+        let tail = bin.len() / 4 * 4;
+        for (&k, &x) in bin[tail..].iter().zip(&w[tail..]) {
+            mass[0][k as usize % BINS] += x as f64;
+            count[0][k as usize % BINS] += 1;
         }
         Self {
             logits,
             w,
             total,
             bin,
-            mass: mass.iter().map(|m| (m[0] + m[1]) + (m[2] + m[3])).collect(),
-            count: count.iter().map(|c| c.iter().sum()).collect(),
+            mass: (0..BINS)
+                .map(|b| (mass[0][b] + mass[1][b]) + (mass[2][b] + mass[3][b]))
+                .collect(),
+            count: (0..BINS)
+                .map(|b| count.iter().map(|c| c[b] as usize).sum())
+                .collect(),
         }
     }
 
     /// Bin `b`'s tokens in draw order.
     fn sorted(&self, b: usize) -> Vec<usize> {
-        let mut toks: Vec<usize> = (0..self.logits.len())
-            .filter(|&i| self.bin[i] as usize == b)
-            .collect();
+        // Chunks without the bin are skipped after one comparison pass each (vectorised).
+        let b = b as u16;
+        let mut toks = Vec::new();
+        for (c, chunk) in self.bin.chunks(32).enumerate() {
+            if chunk.iter().fold(false, |any, &k| any | (k == b)) {
+                let at = c * 32;
+                toks.extend((0..chunk.len()).filter(|&j| chunk[j] == b).map(|j| at + j));
+            }
+        }
         Ranked::sort(self.logits, &mut toks);
         toks
     }
