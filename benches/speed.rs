@@ -81,7 +81,10 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool
     let start = Instant::now();
     let streams: Vec<_> = (0..n)
         .map(|i| {
-            let mut r = ValidRequest::greedy(prompt(tok, 128, i), 128);
+            // The sampled run's prompts differ from the greedy run's: reusing their keys
+            // and values would skip its prefill and make its figure incomparable.
+            let salt = if sampled { n + i } else { i };
+            let mut r = ValidRequest::greedy(prompt(tok, 128, salt), 128);
             r.stop_ids.clear();
             if sampled {
                 r.params.temperature = 0.8;
