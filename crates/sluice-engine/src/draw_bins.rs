@@ -108,26 +108,41 @@ impl<'a> Bins<'a> {
         None
     }
 
-    /// The probability of the first `keep` tokens in draw order.
-    fn prefix_mass(&self, keep: usize) -> f64 {
-        let (mut mass, mut pos) = (0.0, 0);
+    /// The first `keep` tokens in draw order: every token of the bins before the bin
+    /// returned, then the tokens returned (the start of that bin, sorted).
+    fn first(&self, keep: usize) -> (usize, Vec<usize>) {
+        let mut pos = 0;
         for b in 0..BINS {
-            if pos + self.count[b] <= keep {
-                (mass, pos) = (mass + self.mass[b] / self.total, pos + self.count[b]);
+            if pos + self.count[b] < keep {
+                pos += self.count[b];
                 continue;
             }
-            for c in self.sorted(b).into_iter().take(keep - pos) {
-                mass += self.w[c] as f64 / self.total;
-            }
-            break;
+            let mut toks = self.sorted(b);
+            toks.truncate(keep - pos);
+            return (b, toks);
         }
-        mass
+        (BINS, Vec::new())
+    }
+
+    /// The weight of the first `keep` tokens in draw order.
+    fn prefix_weight(&self, keep: usize) -> f64 {
+        let (b, toks) = self.first(keep);
+        let whole: f64 = self.mass[..b].iter().sum();
+        whole + toks.iter().map(|&c| self.w[c] as f64).sum::<f64>()
+    }
+
+    /// How many of the first `keep` tokens in draw order satisfy `pred`.
+    fn count_first(&self, keep: usize, pred: impl Fn(usize) -> bool) -> usize {
+        let (b, toks) = self.first(keep);
+        let whole = (0..self.bin.len())
+            .filter(|&c| (self.bin[c] as usize) < b && pred(c))
+            .count();
+        whole + toks.into_iter().filter(|&c| pred(c)).count()
     }
 }
 
-/// The token the exact walk of `sampling::draw` chooses with `u`, over every token (no
-/// top-k), or `None` when only the exact walk can tell. `w`, `total`: `exp_weights` at
-/// the row's maximum `max`.
+/// The token the exact walk of `sampling::draw` chooses with `u`, or `None` when only the
+/// exact walk can tell. `w`, `total`: `exp_weights` at the row's maximum `max`.
 pub(super) fn draw(
     logits: &[f32],
     w: &[f32],
@@ -137,25 +152,38 @@ pub(super) fn draw(
     u: f64,
 ) -> Option<u32> {
     let n = logits.len();
-    let bins = Bins::new(logits, w, total, max, p.temperature);
-    let (mut keep, mut kept_mass) = (n, None);
+    let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
+    let mut bins = Bins::new(logits, w, total, max, p.temperature);
+    if k < n {
+        // Top-k: the candidates are the first k tokens, their weight the total.
+        bins.total = bins.prefix_weight(k);
+        if bins.total.is_nan() || bins.total <= 0.0 {
+            return None;
+        }
+    }
+    let total = bins.total;
+    let (mut keep, mut kept_mass) = (k, None);
     if p.top_p < 1.0 {
-        let (_, acc, pos) = bins.crossing(p.top_p as f64, false, n)?;
+        let (_, acc, pos) = bins.crossing(p.top_p as f64, false, k)?;
         (keep, kept_mass) = (pos, Some(acc));
     }
     if p.min_p > 0.0 {
         // The best token's weight is that of every token at the maximum.
         let best = logits.iter().position(|&l| l == max)?;
         let floor = w[best] as f64 / total * p.min_p as f64;
-        let above = w.iter().filter(|&&x| x as f64 / total >= floor).count();
+        let high = |c: usize| w[c] as f64 / total >= floor;
+        let above = match k {
+            _ if k == n => (0..n).filter(|&c| high(c)).count(),
+            _ => bins.count_first(k, high),
+        };
         if above.max(1) < keep {
             (keep, kept_mass) = (above.max(1), None);
         }
     }
     let mass = match kept_mass {
         Some(m) => m,
-        None if keep == n => 1.0,
-        None => bins.prefix_mass(keep),
+        None if keep == k => 1.0,
+        None => bins.prefix_weight(keep) / total,
     };
     bins.crossing(u * mass, true, keep).map(|(c, ..)| c as u32)
 }

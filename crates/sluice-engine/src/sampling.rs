@@ -126,6 +126,9 @@ pub(crate) fn best(values: &[f32], k: usize) -> Vec<usize> {
     if k == 1 {
         return vec![argmax(values)];
     }
+    if k <= 64 && values.len() >= 64 * k {
+        return best_few(values, k);
+    }
     let order = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
     let mut idx: Vec<usize> = (0..values.len()).collect();
     if k < idx.len() {
@@ -134,6 +137,33 @@ pub(crate) fn best(values: &[f32], k: usize) -> Vec<usize> {
     }
     idx.sort_by(order);
     idx
+}
+
+/// `best` for a few of many values: one pass keeping the `k` best so far, where a chunk of
+/// 16 whose largest key does not beat the k-th best is passed over after one vectorised
+/// comparison (after the first chunks, nearly all of them).
+fn best_few(values: &[f32], k: usize) -> Vec<usize> {
+    // (key, index), best first: keys descending, then indices ascending.
+    let mut top: Vec<(i32, usize)> = Vec::with_capacity(k + 1);
+    let mut bar = None;
+    for (c, chunk) in values.chunks(16).enumerate() {
+        let most = chunk.iter().fold(i32::MIN, |m, &x| m.max(total_key(x)));
+        if bar.is_some_and(|b| most <= b) {
+            continue;
+        }
+        for (j, &x) in chunk.iter().enumerate() {
+            let key = total_key(x);
+            // An equal key already kept has a lower index, so it stays ahead.
+            if bar.is_some_and(|b| key <= b) {
+                continue;
+            }
+            let at = top.partition_point(|&(kept, _)| kept >= key);
+            top.insert(at, (key, c * 16 + j));
+            top.truncate(k);
+            bar = (top.len() == k).then(|| top[k - 1].0);
+        }
+    }
+    top.into_iter().map(|(_, i)| i).collect()
 }
 
 /// Applies penalties and logit bias in place (OpenAI's documented formulas, vLLM's
@@ -287,21 +317,19 @@ impl<'a> Ranked<'a> {
 }
 
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
-/// sampling with `u` in candidate order (best first, ties by index). Without top-k the
-/// binned walk (`draw_bins.rs`) finds the token without sorting; it gives up near rounding
-/// ties, where the exact walk decides.
+/// sampling with `u` in candidate order (best first, ties by index). The binned walk
+/// (`draw_bins.rs`) finds the token without sorting; it gives up near rounding ties, where
+/// the exact walk decides.
 fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
-    if p.top_k == 0 || p.top_k >= logits.len() {
-        let max = max_value(logits);
-        if max.is_finite() {
-            let mut w = vec![0f32; logits.len()];
-            let total = exp_weights(logits, max, p.temperature, &mut w);
-            if total.is_finite()
-                && total > 0.0
-                && let Some(token) = bins::draw(logits, &w, total, max, p, u)
-            {
-                return token;
-            }
+    let max = max_value(logits);
+    if max.is_finite() {
+        let mut w = vec![0f32; logits.len()];
+        let total = exp_weights(logits, max, p.temperature, &mut w);
+        if total.is_finite()
+            && total > 0.0
+            && let Some(token) = bins::draw(logits, &w, total, max, p, u)
+        {
+            return token;
         }
     }
     draw_exact(logits, p, u)
