@@ -63,7 +63,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MIN_BUCKET", default_value_t = 16)]
     pub min_bucket: usize,
     /// Tokens one forward pass carries: a row per decoding sequence plus chunks of the
-    /// prompts being prefilled (at least --slots + --min-bucket; default --slots + 32).
+    /// prompts being prefilled, a row late in a long prompt counting for more than one (at
+    /// least --slots + --min-bucket; default --slots + 32).
     #[arg(long, env = "SLUICE_MAX_BATCH_TOKENS")]
     pub max_batch_tokens: Option<usize>,
     /// Never reuse keys and values of earlier requests' prompts.
