@@ -18,6 +18,7 @@ const PER_NAT: f32 = 64.0;
 /// is likely to land in.
 const MARGIN: f64 = 1e-9;
 
+/// One logits row in bins: each token's bin, and each bin's weight and token count.
 pub(super) struct Bins<'a> {
     logits: &'a [f32],
     w: &'a [f32],
@@ -33,33 +34,34 @@ impl<'a> Bins<'a> {
     pub(super) fn new(logits: &'a [f32], w: &'a [f32], total: f64, max: f32, t: f32) -> Self {
         let mut bin = vec![0u16; logits.len()];
         sluice_kernels::bin_indices(logits, max, PER_NAT / t, (BINS - 1) as u16, &mut bin);
-        // Four histograms, each taking every fourth token, so that neighbouring tokens in
-        // one bin do not wait on each other's additions.
-        let mut mass = [[0f64; BINS]; 4];
-        let mut count = [[0u32; BINS]; 4];
+        // Four histograms (`j * BINS + bin`), each taking every fourth token, so that
+        // neighbouring tokens in one bin do not wait on each other's additions.
+        let mut mass = vec![0f64; 4 * BINS];
+        let mut count = vec![0u32; 4 * BINS];
         let mut quads = bin.chunks_exact(4).zip(w.chunks_exact(4));
         for (k, x) in &mut quads {
             for j in 0..4 {
-                let b = k[j] as usize % BINS;
-                mass[j][b] += x[j] as f64;
-                count[j][b] += 1;
+                let at = j * BINS + k[j] as usize % BINS;
+                mass[at] += x[j] as f64;
+                count[at] += 1;
             }
         }
         let tail = bin.len() / 4 * 4;
         for (&k, &x) in bin[tail..].iter().zip(&w[tail..]) {
-            mass[0][k as usize % BINS] += x as f64;
-            count[0][k as usize % BINS] += 1;
+            mass[k as usize % BINS] += x as f64;
+            count[k as usize % BINS] += 1;
         }
+        let at = |j: usize, b: usize| j * BINS + b;
         Self {
             logits,
             w,
             total,
             bin,
             mass: (0..BINS)
-                .map(|b| (mass[0][b] + mass[1][b]) + (mass[2][b] + mass[3][b]))
+                .map(|b| (mass[at(0, b)] + mass[at(1, b)]) + (mass[at(2, b)] + mass[at(3, b)]))
                 .collect(),
             count: (0..BINS)
-                .map(|b| count.iter().map(|c| c[b] as usize).sum())
+                .map(|b| (0..4).map(|j| count[at(j, b)] as usize).sum())
                 .collect(),
         }
     }
@@ -172,9 +174,10 @@ pub(super) fn draw(
         let best = logits.iter().position(|&l| l == max)?;
         let floor = w[best] as f64 / total * p.min_p as f64;
         let high = |c: usize| w[c] as f64 / total >= floor;
-        let above = match k {
-            _ if k == n => (0..n).filter(|&c| high(c)).count(),
-            _ => bins.count_first(k, high),
+        let above = if k == n {
+            (0..n).filter(|&c| high(c)).count()
+        } else {
+            bins.count_first(k, high)
         };
         if above.max(1) < keep {
             (keep, kept_mass) = (above.max(1), None);
