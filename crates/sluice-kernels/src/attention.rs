@@ -107,13 +107,7 @@ pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
 /// Softmax in place over `s`; returns 1 / the sum of the exponentials.
 #[inline(always)]
 pub(crate) fn softmax_unnormalised(s: &mut [f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; 16];
-    for c in s.chunks(16) {
-        for (l, x) in lanes.iter_mut().zip(c) {
-            *l = l.max(*x);
-        }
-    }
-    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = crate::softmax::max_body(s);
     let mut sums = [0f32; 16];
     for c in s.chunks_mut(16) {
         for (l, x) in sums.iter_mut().zip(c) {
