@@ -83,7 +83,11 @@ pub fn uniform(seed: u64, step: u64) -> f64 {
 /// `log_softmax` of the raw logits: the log-probability of `token` and the best `n`
 /// tokens with theirs.
 pub fn scores(logits: &[f32], n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
-    let max = max_value(logits);
+    scores_at(logits, max_value(logits), n, token)
+}
+
+/// As `scores`, with the logits' maximum already known.
+fn scores_at(logits: &[f32], max: f32, n: usize, token: u32) -> (f32, Vec<(u32, f32)>) {
     let lse = max + exp_sum(logits, max).ln();
     let top = best(logits, n)
         .into_iter()
@@ -237,12 +241,18 @@ pub fn sample_with(
             std::borrow::Cow::Owned(w)
         }
     };
+    // One pass for the raw maximum, which the draw shares when it draws from the raw logits.
+    let raw_max = max_value(logits);
     let token = if p.temperature <= 0.0 {
         best(&work, 1)[0] as u32
     } else {
-        draw(&work, p, uniform(p.seed, step))
+        let max = match &work {
+            std::borrow::Cow::Borrowed(_) => raw_max,
+            std::borrow::Cow::Owned(w) => max_value(w),
+        };
+        draw(&work, max, p, uniform(p.seed, step))
     };
-    let (logprob, top) = scores(logits, n_top, token);
+    let (logprob, top) = scores_at(logits, raw_max, n_top, token);
     Sampled {
         token,
         logprob,
@@ -320,8 +330,8 @@ impl<'a> Ranked<'a> {
 /// sampling with `u` in candidate order (best first, ties by index). The binned walk
 /// (`draw_bins.rs`) finds the token without sorting; it gives up near rounding ties, where
 /// the exact walk decides.
-fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
-    let max = max_value(logits);
+/// `max`: the logits' maximum.
+fn draw(logits: &[f32], max: f32, p: &SamplingParams, u: f64) -> u32 {
     if max.is_finite() {
         let mut w = vec![0f32; logits.len()];
         let total = exp_weights(logits, max, p.temperature, &mut w);

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The draw from logits whose maximum is not known yet.
+fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
+    super::draw(logits, max_value(logits), p, u)
+}
+
 /// The draw as it was before the lazy walk (a full sort of the candidates), kept to
 /// pin the seeded outputs: the fast draw must choose the same tokens.
 fn draw_sorted(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
