@@ -3,7 +3,8 @@
 //! without it, which splits a decode step between the layers and the head.
 //!
 //! Then one decode step of 8 slots at positions 128..256 (8 rows, logits for each): the
-//! step of 8 running streams.
+//! step of 8 running streams. Last, the prefill of one 512-token prompt (logits for its
+//! last row only), `SLUICE_BENCH_PREFILLS` times (default 3).
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 
@@ -75,4 +76,26 @@ fn main() {
         "{slots} slots: {:.2} ms/step",
         t.elapsed().as_secs_f64() * 1000.0 / 128.0
     );
+    let prefills: usize = std::env::var("SLUICE_BENCH_PREFILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
+    let rows: Vec<TokenRow> = (0..512)
+        .map(|p| TokenRow {
+            token: 100 + (p * 13) as u32 % 1000,
+            slot: 0,
+            pos: p,
+        })
+        .collect();
+    for _ in 0..prefills {
+        let t = Instant::now();
+        m.forward(&mut kv, &rows, &[511]);
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "prefill 512: {:.1} ms ({:.1} tok/s)",
+            secs * 1000.0,
+            512.0 / secs
+        );
+    }
 }

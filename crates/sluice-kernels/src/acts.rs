@@ -66,7 +66,7 @@ impl QuantActs {
                     Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
-                    Simd::Avx2 => unsafe { crate::avx2::quantise(&mut out, x) },
+                    Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
                     _ => quantise(&mut out, x),
                 }
             });
@@ -87,7 +87,7 @@ pub(crate) struct Out<'a> {
     pub s16: &'a mut [f32],
 }
 
-/// Plain loops (the definition the AVX-512 path follows).
+/// Plain loops (the definition the AVX2 and AVX-512 paths follow).
 #[inline(always)]
 pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
     for (b, (xb, qb)) in x
@@ -95,27 +95,35 @@ pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
         .zip(a.q.chunks_exact_mut(ABLOCK))
         .enumerate()
     {
-        let mut amax = 0f32;
-        for v in xb {
-            amax = amax.max(v.abs());
-        }
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sums = [0i32; 2];
-        for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
-            let mut s = 0i32;
-            for (q, v) in qh.iter_mut().zip(xh) {
-                let r = (v * id).round_ties_even() as i32;
-                *q = r as i8;
-                s += r;
-            }
-            sums[h] = s;
-        }
+        let (s0, s1, d) = quantise_block(xb, qb);
         a.d[b] = d;
-        a.s16[2 * b] = d * sums[0] as f32;
-        a.s16[2 * b + 1] = d * sums[1] as f32;
-        a.s32[b] = d * (sums[0] + sums[1]) as f32;
+        a.s16[2 * b] = d * s0 as f32;
+        a.s16[2 * b + 1] = d * s1 as f32;
+        a.s32[b] = d * (s0 + s1) as f32;
     }
+}
+
+/// One block of 32: its quants into `qb`; returns the sums of each half's quants and the
+/// scale.
+#[inline(always)]
+pub(crate) fn quantise_block(xb: &[f32], qb: &mut [i8]) -> (i32, i32, f32) {
+    let mut amax = 0f32;
+    for v in xb {
+        amax = amax.max(v.abs());
+    }
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sums = [0i32; 2];
+    for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
+        let mut s = 0i32;
+        for (q, v) in qh.iter_mut().zip(xh) {
+            let r = (v * id).round_ties_even() as i32;
+            *q = r as i8;
+            s += r;
+        }
+        sums[h] = s;
+    }
+    (sums[0], sums[1], d)
 }
 
 #[cfg(test)]
@@ -125,8 +133,17 @@ mod tests {
 
     #[test]
     fn every_level_quantises_alike() {
-        let (n, cols) = (2, 128);
-        let x = noise(n * cols, 6);
+        let (n, cols) = (2, 256);
+        let mut x = noise(n * cols, 6);
+        // Blocks the vector paths must take as the plain loop does: all zero, exact
+        // ties (scale 1), a NaN, an infinity, values whose scale's inverse overflows.
+        x[32..64].fill(0.0);
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { i as f32 - 15.5 };
+        }
+        x[100] = f32::NAN;
+        x[130] = f32::INFINITY;
+        x[160..192].fill(1e-44);
         let fresh = || {
             (
                 vec![0i8; n * cols],
@@ -138,6 +155,14 @@ mod tests {
         let mut want = fresh();
         let (q, d, s32, s16) = &mut want;
         quantise(&mut Out { q, d, s32, s16 }, &x);
+        #[cfg(target_arch = "x86_64")]
+        if matches!(Simd::detected(), Simd::Avx2 | Simd::Avx512) {
+            let mut got = fresh();
+            let (q, d, s32, s16) = &mut got;
+            // SAFETY: the CPU has AVX2 (checked above).
+            unsafe { crate::avx2_acts::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        }
         #[cfg(target_arch = "x86_64")]
         if Simd::detected() == Simd::Avx512 {
             let mut got = fresh();

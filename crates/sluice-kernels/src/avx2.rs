@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::{Out, QuantActs};
+use crate::acts::QuantActs;
 use crate::attention::{Attn, KEY_BLOCK, key_index};
 use crate::packed::{GROUP, PackedMatrix};
 
@@ -272,12 +272,6 @@ pub(crate) unsafe fn packed_groups(
             other => unreachable!("layout {other:?}"),
         }
     }
-}
-
-/// Activation quantisation (the plain loops, vectorised by the compiler).
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
-    crate::acts::quantise(a, x)
 }
 
 /// Attention: 8 positions' scores at a time for up to 4 heads (one f16 key row load feeds

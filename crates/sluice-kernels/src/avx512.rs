@@ -154,7 +154,18 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
             let v1 = _mm512_loadu_ps(xb.as_ptr().add(16));
             let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
             let d = amax / 127.0;
-            let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            // A NaN or infinity, or a scale whose inverse overflows: the plain loop's
+            // saturation is not the conversion's, so it takes the block.
+            if !amax.is_finite() || !id.is_finite() || has_nan(v0, v1) {
+                let (s0, s1, d) = crate::acts::quantise_block(xb, qb);
+                a.d[b] = d;
+                a.s16[2 * b] = d * s0 as f32;
+                a.s16[2 * b + 1] = d * s1 as f32;
+                a.s32[b] = d * (s0 + s1) as f32;
+                continue;
+            }
+            let id = _mm512_set1_ps(id);
             // Round to nearest even (the default MXCSR mode), as `round_ties_even`.
             let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
             let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
@@ -169,6 +180,14 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
             a.s16[2 * b + 1] = d * s1 as f32;
             a.s32[b] = d * (s0 + s1) as f32;
         }
+    }
+}
+
+#[inline(always)]
+unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
+    // SAFETY: avx512f enabled by the caller.
+    unsafe {
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1) != 0
     }
 }
 

@@ -20,6 +20,8 @@ mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_acts;
+#[cfg(target_arch = "x86_64")]
 mod avx2_rows;
 #[cfg(target_arch = "x86_64")]
 mod avx512;

@@ -1,0 +1,75 @@
+//! The AVX2 kernel of activation quantisation (`acts::quantise` is the definition): a
+//! block of 32 values in four vectors, rounded to nearest even by `vcvtps2dq` under the
+//! default rounding mode as `round_ties_even` rounds. A block the vector path cannot take
+//! exactly as the definition does (a scale whose inverse overflows, a NaN) is quantised
+//! by the plain loop instead, so every block's bytes and sums are the definition's.
+
+use std::arch::x86_64::*;
+
+use crate::acts::{ABLOCK, Out, quantise_block};
+
+/// Quantises the rows `x` into `a`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
+    for (b, (xb, qb)) in x
+        .chunks_exact(ABLOCK)
+        .zip(a.q.chunks_exact_mut(ABLOCK))
+        .enumerate()
+    {
+        // SAFETY: `xb` and `qb` hold 32 elements each; avx2 is enabled.
+        let sums = unsafe { block(xb, qb) };
+        let (s0, s1, d) = match sums {
+            Some(s) => s,
+            None => quantise_block(xb, qb),
+        };
+        a.d[b] = d;
+        a.s16[2 * b] = d * s0 as f32;
+        a.s16[2 * b + 1] = d * s1 as f32;
+        a.s32[b] = d * (s0 + s1) as f32;
+    }
+}
+
+/// One block: the sums of its two halves' quants and its scale, or `None` (nothing
+/// written that matters) when the plain loop must take it.
+#[inline(always)]
+unsafe fn block(xb: &[f32], qb: &mut [i8]) -> Option<(i32, i32, f32)> {
+    // SAFETY (whole body): 32 values in and out; avx2 enabled by the caller.
+    unsafe {
+        let p = xb.as_ptr();
+        let v = [0, 8, 16, 24].map(|i| _mm256_loadu_ps(p.add(i)));
+        let sign = _mm256_set1_ps(-0.0);
+        let abs = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+        let amax = _mm_cvtss_f32(m);
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        // NaN anywhere makes `amax` or a quant wrong; an infinite inverse saturates
+        // differently: both go to the plain loop (a quant of -128 flags the NaN below).
+        if !id.is_finite() || amax.is_nan() {
+            return None;
+        }
+        let idv = _mm256_set1_ps(id);
+        let q = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, idv)));
+        // Pack to bytes (in-lane packs interleave the four vectors by 4; the permute
+        // restores value order).
+        let w = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        if _mm256_movemask_epi8(_mm256_cmpeq_epi8(w, _mm256_set1_epi8(-128))) != 0 {
+            return None;
+        }
+        _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, w);
+        let h = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let h = _mm256_hadd_epi32(h, h);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        Some((_mm_cvtsi128_si32(s), _mm_extract_epi32(s, 1), d))
+    }
+}
