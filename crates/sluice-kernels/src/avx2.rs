@@ -39,19 +39,19 @@ const ROWS256: usize = 6;
 /// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants (and of each 4-bit half of
 /// WIDE quants), 4 of 5-bit and 2 of 6-bit stay below 32,768. Signed Q8_0 (|w| up to 128)
 /// widens every chunk.
-const fn run16(nib: bool, high: usize, signed: bool) -> usize {
-    match (signed, nib, high) {
-        (true, _, _) => 1,
-        (false, true, 0) => 8,
-        (false, true, 1) => 4,
+const fn run16(bits: u32, signed: bool) -> usize {
+    match (signed, bits) {
+        (true, _) => 1,
+        (false, 4) => 8,
+        (false, 5) => 4,
         _ => 2,
     }
 }
 
 /// Half `h` (8 of the 16 rows) of group `g` against activation rows `i0..i0 + R`, one
 /// 8-lane accumulator per activation row. Each chunk of a block's quants is unpacked once
-/// (nibbles split, high-plane bits merged, quants above 63 split into 4-bit halves for
-/// `vpmaddubsw`) and multiplied at once against all `R` rows, whose 16-bit partial sums
+/// (nibbles split, quants above 63 split into 4-bit halves for `vpmaddubsw`) and
+/// multiplied at once against all `R` rows, whose 16-bit partial sums
 /// stay in registers (chunk-outer, so the live set is a few registers per row and nothing
 /// spills). Every row's sums are taken in the same order whatever `R` is, and integer sums
 /// are exact, so the 16-bit runs change no result.
@@ -61,7 +61,7 @@ unsafe fn tile256<
     const BK: usize,
     const WIDE: bool,
     const SIGNED: bool,
-    const HIGH: usize,
+    const BITS: u32,
     const R: usize,
 >(
     p: &PackedMatrix,
@@ -71,16 +71,14 @@ unsafe fn tile256<
     i0: usize,
 ) -> [__m256; R] {
     let chunks = BK / 4;
-    let run = run16(NIB, HIGH, SIGNED);
+    let run = run16(BITS, SIGNED);
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);
-    let plane_at = p.high_plane();
-    // SAFETY (whole body): as in `tile512`; the high plane is 64 bytes inside the block.
+    // SAFETY (whole body): as in `tile512`.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         let low = _mm256_set1_epi8(0x0F);
-        let hmask = _mm256_set1_epi8(if HIGH == 1 { 0x10 } else { 0x30 });
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
         for b in 0..nb {
@@ -91,32 +89,14 @@ unsafe fn tile256<
             let mut isum = [_mm256_setzero_si256(); R];
             let mut part = [_mm256_setzero_si256(); R];
             let mut parth = [_mm256_setzero_si256(); R];
-            let plane = if HIGH > 0 {
-                _mm256_loadu_si256(q.add(plane_at + 32 * h) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
             for c in 0..chunks {
                 let raw = if NIB {
                     let v = c % (chunks / 2);
                     let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
-                    let nib = if c < chunks / 2 {
+                    if c < chunks / 2 {
                         _mm256_and_si256(raw, low)
                     } else {
                         _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
-                    };
-                    if HIGH > 0 {
-                        // This chunk's plane bits moved to bits 4.. of each byte (16-bit
-                        // shifts by at most 4 bring no bit of the other byte there).
-                        let s = 4 - (HIGH * c) as i32;
-                        let moved = if s >= 0 {
-                            _mm256_sll_epi16(plane, _mm_cvtsi32_si128(s))
-                        } else {
-                            _mm256_srl_epi16(plane, _mm_cvtsi32_si128(-s))
-                        };
-                        _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
-                    } else {
-                        nib
                     }
                 } else {
                     _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
@@ -188,7 +168,7 @@ unsafe fn run256<
     const BK: usize,
     const WIDE: bool,
     const SIGNED: bool,
-    const HIGH: usize,
+    const BITS: u32,
 >(
     p: &PackedMatrix,
     a: &QuantActs,
@@ -207,8 +187,8 @@ unsafe fn run256<
         };
         macro_rules! tile {
             ($r:literal, $g:expr, $i:expr) => {{
-                let lo = tile256::<NIB, BK, WIDE, SIGNED, HIGH, $r>(p, a, $g, 0, $i);
-                let hi = tile256::<NIB, BK, WIDE, SIGNED, HIGH, $r>(p, a, $g, 1, $i);
+                let lo = tile256::<NIB, BK, WIDE, SIGNED, BITS, $r>(p, a, $g, 0, $i);
+                let hi = tile256::<NIB, BK, WIDE, SIGNED, BITS, $r>(p, a, $g, 1, $i);
                 for k in 0..$r {
                     put($g, $i + k, lo[k], hi[k]);
                 }
@@ -218,7 +198,7 @@ unsafe fn run256<
             let mut i = 0;
             // 5-bit quants keep a 32-bit sum per row besides the 16-bit run (runs of 4
             // chunks): 4 rows fit the registers, 6 spill (45% slower, benches/kernels).
-            if HIGH == 1 {
+            if BITS == 5 {
                 while i + 4 <= a.n {
                     tile!(4, g, i);
                     i += 4;
@@ -257,18 +237,19 @@ pub(crate) unsafe fn packed_groups(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (p.nibbles, p.bk, p.wide, p.signed, p.high) {
-            (true, 32, _, _, 0) => run256::<true, 32, false, false, 0>(p, a, g0, g1, y, stride),
-            (true, 32, _, _, 1) => run256::<true, 32, false, false, 1>(p, a, g0, g1, y, stride),
-            (true, 16, _, _, 2) => run256::<true, 16, false, false, 2>(p, a, g0, g1, y, stride),
+        match (p.nibbles, p.bk, p.wide, p.signed, p.bits) {
+            (true, 32, _, _, _) => run256::<true, 32, false, false, 4>(p, a, g0, g1, y, stride),
             (false, 32, false, true, _) => {
-                run256::<false, 32, false, true, 0>(p, a, g0, g1, y, stride)
+                run256::<false, 32, false, true, 8>(p, a, g0, g1, y, stride)
+            }
+            (false, 32, false, false, 5) => {
+                run256::<false, 32, false, false, 5>(p, a, g0, g1, y, stride)
             }
             (false, 32, false, false, _) => {
-                run256::<false, 32, false, false, 0>(p, a, g0, g1, y, stride)
+                run256::<false, 32, false, false, 6>(p, a, g0, g1, y, stride)
             }
-            (false, 32, true, _, _) => run256::<false, 32, true, false, 0>(p, a, g0, g1, y, stride),
-            (false, 16, _, _, _) => run256::<false, 16, false, false, 0>(p, a, g0, g1, y, stride),
+            (false, 32, true, _, _) => run256::<false, 32, true, false, 8>(p, a, g0, g1, y, stride),
+            (false, 16, _, _, _) => run256::<false, 16, false, false, 6>(p, a, g0, g1, y, stride),
             other => unreachable!("layout {other:?}"),
         }
     }
