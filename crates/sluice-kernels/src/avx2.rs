@@ -50,8 +50,8 @@ const fn run16(bits: u32, signed: bool) -> usize {
 
 /// Half `h` (8 of the 16 rows) of group `g` against activation rows `i0..i0 + R`, one
 /// 8-lane accumulator per activation row. Each chunk of a block's quants is unpacked once
-/// (nibbles split, quants above 63 split into 4-bit halves for `vpmaddubsw`) and
-/// multiplied at once against all `R` rows, whose 16-bit partial sums
+/// (nibbles split, high-plane bits merged, quants above 63 split into 4-bit halves for
+/// `vpmaddubsw`) and multiplied at once against all `R` rows, whose 16-bit partial sums
 /// stay in registers (chunk-outer, so the live set is a few registers per row and nothing
 /// spills). Every row's sums are taken in the same order whatever `R` is, and integer sums
 /// are exact, so the 16-bit runs change no result.
@@ -72,13 +72,20 @@ unsafe fn tile256<
 ) -> [__m256; R] {
     let chunks = BK / 4;
     let run = run16(BITS, SIGNED);
+    // Bits above the nibble in the high plane (compact 5- and 6-bit quants).
+    const fn high(nib: bool, bits: u32) -> usize {
+        if nib { bits as usize - 4 } else { 0 }
+    }
+    let high_bits = high(NIB, BITS);
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);
-    // SAFETY (whole body): as in `tile512`.
+    let plane_at = p.high_plane();
+    // SAFETY (whole body): as in `tile512`; the high plane is 64 bytes inside the block.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         let low = _mm256_set1_epi8(0x0F);
+        let hmask = _mm256_set1_epi8(if high_bits == 1 { 0x10 } else { 0x30 });
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
         for b in 0..nb {
@@ -89,14 +96,32 @@ unsafe fn tile256<
             let mut isum = [_mm256_setzero_si256(); R];
             let mut part = [_mm256_setzero_si256(); R];
             let mut parth = [_mm256_setzero_si256(); R];
+            let plane = if high_bits > 0 {
+                _mm256_loadu_si256(q.add(plane_at + 32 * h) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
             for c in 0..chunks {
                 let raw = if NIB {
                     let v = c % (chunks / 2);
                     let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
-                    if c < chunks / 2 {
+                    let nib = if c < chunks / 2 {
                         _mm256_and_si256(raw, low)
                     } else {
                         _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
+                    };
+                    if high_bits > 0 {
+                        // This chunk's plane bits moved to bits 4.. of each byte (16-bit
+                        // shifts by at most 4 bring no bit of the other byte there).
+                        let s = 4 - (high_bits * c) as i32;
+                        let moved = if s >= 0 {
+                            _mm256_sll_epi16(plane, _mm_cvtsi32_si128(s))
+                        } else {
+                            _mm256_srl_epi16(plane, _mm_cvtsi32_si128(-s))
+                        };
+                        _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
+                    } else {
+                        nib
                     }
                 } else {
                     _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
@@ -238,7 +263,9 @@ pub(crate) unsafe fn packed_groups(
     // SAFETY: forwarded.
     unsafe {
         match (p.nibbles, p.bk, p.wide, p.signed, p.bits) {
-            (true, 32, _, _, _) => run256::<true, 32, false, false, 4>(p, a, g0, g1, y, stride),
+            (true, 32, _, _, 4) => run256::<true, 32, false, false, 4>(p, a, g0, g1, y, stride),
+            (true, 32, _, _, 5) => run256::<true, 32, false, false, 5>(p, a, g0, g1, y, stride),
+            (true, 16, _, _, 6) => run256::<true, 16, false, false, 6>(p, a, g0, g1, y, stride),
             (false, 32, false, true, _) => {
                 run256::<false, 32, false, true, 8>(p, a, g0, g1, y, stride)
             }

@@ -53,6 +53,11 @@ pub enum LinearError {
     },
 }
 
+/// Activation rows from which a matrix's batch copy (`PackedMatrix::for_batches`), when it
+/// has one, is multiplied instead of its compact packing: below this, reading the weights
+/// from memory dominates; from here on, unpacking them.
+pub const BATCH_ROWS: usize = 8;
+
 /// Rows of the weight matrix dequantised together by one task.
 const TILE_ROWS: usize = 16;
 
@@ -84,9 +89,10 @@ pub struct QLinear {
     src: Source,
 }
 
-/// Where the weights live: a fast-path packing or a generic block source.
+/// Where the weights live: a fast-path packing (with its batch copy, if it has one) or a
+/// generic block source.
 enum Source {
-    Packed(PackedMatrix),
+    Packed(PackedMatrix, Option<PackedMatrix>),
     Dense(Dense),
     Rows(Box<dyn RowSource>),
 }
@@ -130,11 +136,12 @@ impl QLinear {
         }
         let bytes = &bytes[..want];
         if let Some(p) = PackedMatrix::new(dtype, bytes, rows, cols) {
+            let batch = PackedMatrix::for_batches(dtype, bytes, rows, cols);
             return Ok(Self {
                 rows,
                 cols,
                 dtype,
-                src: Source::Packed(p),
+                src: Source::Packed(p, batch),
             });
         }
         let dense = match dtype {
@@ -182,7 +189,7 @@ impl QLinear {
     /// Row `r` as f32 (used for embedding lookups).
     pub fn row(&self, r: usize, out: &mut [f32]) {
         match &self.src {
-            Source::Packed(p) => p.row(r, out),
+            Source::Packed(p, _) => p.row(r, out),
             Source::Dense(d) => d.row(r, out),
             Source::Rows(s) => s.row(r, out),
         }
@@ -205,7 +212,7 @@ impl QLinear {
         }
         let out = SendPtr(y.as_mut_ptr());
         let src = match &self.src {
-            Source::Packed(_) => return Self::matmul_many(input, &mut [(self, y)]),
+            Source::Packed(..) => return Self::matmul_many(input, &mut [(self, y)]),
             Source::Dense(d) => {
                 (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
                     let (r0, r1) = (t * TILE_ROWS, ((t + 1) * TILE_ROWS).min(rows));
@@ -251,7 +258,8 @@ impl QLinear {
         let packed: Option<Vec<&PackedMatrix>> = outs
             .iter()
             .map(|(w, _)| match &w.src {
-                Source::Packed(p) => Some(p),
+                Source::Packed(_, Some(b)) if input.n >= BATCH_ROWS => Some(b),
+                Source::Packed(p, _) => Some(p),
                 _ => None,
             })
             .collect();

@@ -7,12 +7,16 @@
 //! chunk against 4 activation bytes broadcast to every lane then adds 4 products to each
 //! row's sum: 16 rows advance together and no horizontal reduction is ever needed.
 //! Formats whose quants fit in 4 bits store two chunks per 64 bytes (chunk `c` in the low
-//! nibbles, chunk `c + bk/8` in the high ones); the others a byte per quant, which the
-//! kernels multiply as loaded (5- and 6-bit quants split into nibble and high-bit planes
-//! took 1.2–1.4x longer to unpack than their smaller reads saved, `benches/kernels`).
-//! Scales and offsets are stored per group and block as 16 lanes, in f16 when that is
-//! exact (the legacy formats) and f32 otherwise; where the offset is a fixed multiple of
-//! the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
+//! nibbles, chunk `c + bk/8` in the high ones). Below AVX-512, 5- and 6-bit formats use the
+//! same nibble plane for their low 4 bits followed by a 64-byte *high plane*: byte `4j + t`
+//! holds, for every chunk `c`, the bits above the nibble of row `j`'s quant `4c + t` at bits
+//! `high·c..high·c + high` (`high` = 1 or 2), so Q5_0 takes 5.5 bits per weight as in the
+//! file instead of 8. Decode reads every weight once per token from memory, and there the
+//! compact form is faster; a batch of rows is bound by the instructions that unpack it,
+//! and there a byte per quant is faster (1.2-1.6x, `benches/kernels`): such matrices keep
+//! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). Scales and offsets are stored per group and block as 16 lanes, in
+//! f16 when that is exact (the legacy formats) and f32 otherwise; where the offset is a
+//! fixed multiple of the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
 //! (`acts.rs`); integer sums are exact, and each output is computed in the same order
@@ -47,6 +51,8 @@ pub struct PackedMatrix {
     /// portable path, where `|w| · (x · sign w)` needs one `vpmaddubsw` per chunk instead
     /// of two. (AVX-512 packs Q8_0 as `q + 128` for `vpdpbusd`.)
     pub(crate) signed: bool,
+    /// Bits above the nibble kept in the high plane (0, 1 or 2; never at AVX-512).
+    pub(crate) high: usize,
     /// Bits of the largest quant (4, 5, 6 or 8): how many chunks' pair sums the AVX2
     /// kernel can add in 16 bits.
     pub(crate) bits: u32,
@@ -63,6 +69,32 @@ impl PackedMatrix {
     /// Repacks GGUF data of `dtype`; `None` for types without a fast path or shapes it
     /// cannot take.
     pub fn new(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        Self::with_layout(dtype, bytes, rows, cols, Simd::current() != Simd::Avx512)
+    }
+
+    /// The byte-per-quant copy of a matrix whose `new` layout is compact (5- and 6-bit
+    /// quants below AVX-512), for batches of rows; `None` for every other matrix, and when
+    /// `SLUICE_BATCH_COPY=0` asks to save the memory.
+    pub fn for_batches(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let enabled =
+            *ENABLED.get_or_init(|| std::env::var("SLUICE_BATCH_COPY").as_deref() != Ok("0"));
+        let f = Format::of(dtype)?;
+        let compact = Simd::current() != Simd::Avx512 && (16..=63).contains(&f.max_u);
+        if !enabled || !compact {
+            return None;
+        }
+        Self::with_layout(dtype, bytes, rows, cols, false)
+    }
+
+    /// `new` with 5- and 6-bit quants `compact` (nibble and high planes) or a byte each.
+    pub(crate) fn with_layout(
+        dtype: GgmlDType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        compact: bool,
+    ) -> Option<Self> {
         let f = Format::of(dtype)?;
         if !cols.is_multiple_of(f.block_weights) || !cols.is_multiple_of(32) {
             return None;
@@ -73,7 +105,13 @@ impl PackedMatrix {
         }
         let nb = cols / f.bk;
         let groups = rows.div_ceil(GROUP);
-        let nibbles = f.max_u < 16;
+        // AVX-512 keeps 5- and 6-bit quants a byte each (its kernel reads them as stored).
+        let high = match f.max_u {
+            16..=31 if compact => 1,
+            32..=63 if compact => 2,
+            _ => 0,
+        };
+        let nibbles = f.max_u < 16 || high > 0;
         let bits = match f.max_u {
             0..=15 => 4,
             16..=31 => 5,
@@ -119,17 +157,18 @@ impl PackedMatrix {
             nibbles,
             wide: f.max_u > 63 && !signed,
             signed,
+            high,
             bits,
             m_of_d,
             half,
-            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles)],
+            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles, high)],
             d: Vec::new(),
             m: Vec::new(),
         };
         let qb = p.block_quant_bytes();
-        p.qs.par_chunks_mut(qb)
-            .enumerate()
-            .for_each(|(i, out)| Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, &u, out));
+        p.qs.par_chunks_mut(qb).enumerate().for_each(|(i, out)| {
+            Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, high, &u, out)
+        });
         // Scales: [group][block][16 lanes].
         let lanes = |v: &[f32]| -> Vec<f32> {
             let mut out = vec![0f32; groups * nb * GROUP];
@@ -158,10 +197,11 @@ impl PackedMatrix {
         Some(p)
     }
 
-    fn quant_bytes(bk: usize, nibbles: bool) -> usize {
+    fn quant_bytes(bk: usize, nibbles: bool, high: usize) -> usize {
         let chunks = bk / 4;
+        let planes = if high > 0 { CHUNK } else { 0 };
         if nibbles {
-            chunks / 2 * CHUNK
+            chunks / 2 * CHUNK + planes
         } else {
             chunks * CHUNK
         }
@@ -169,10 +209,25 @@ impl PackedMatrix {
 
     /// Quant bytes of one (group, block).
     pub(crate) fn block_quant_bytes(&self) -> usize {
-        Self::quant_bytes(self.bk, self.nibbles)
+        Self::quant_bytes(self.bk, self.nibbles, self.high)
     }
 
-    fn pack_block(g: usize, b: usize, cols: usize, bk: usize, nib: bool, u: &[u8], out: &mut [u8]) {
+    /// Offset of the high plane inside a block's quant bytes.
+    pub(crate) fn high_plane(&self) -> usize {
+        self.bk / 8 * CHUNK
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pack_block(
+        g: usize,
+        b: usize,
+        cols: usize,
+        bk: usize,
+        nib: bool,
+        high: usize,
+        u: &[u8],
+        out: &mut [u8],
+    ) {
         let at = |j: usize, c: usize, t: usize| u[(g * GROUP + j) * cols + b * bk + 4 * c + t];
         for j in 0..GROUP {
             for t in 0..4 {
@@ -180,6 +235,12 @@ impl PackedMatrix {
                     for c in 0..bk / 8 {
                         let lo = at(j, c, t) & 0xF;
                         out[c * CHUNK + 4 * j + t] = lo | ((at(j, c + bk / 8, t) & 0xF) << 4);
+                    }
+                    if high > 0 {
+                        let plane = &mut out[bk / 8 * CHUNK..];
+                        for c in 0..bk / 4 {
+                            plane[4 * j + t] |= (at(j, c, t) >> 4) << (high * c);
+                        }
                     }
                 } else {
                     for c in 0..bk / 4 {
@@ -273,7 +334,12 @@ impl PackedMatrix {
         }
         let half = self.bk / 8;
         let byte = q[(c % half) * CHUNK + 4 * j + tt];
-        if c < half { byte & 0xF } else { byte >> 4 }
+        let lo = if c < half { byte & 0xF } else { byte >> 4 };
+        if self.high == 0 {
+            return lo;
+        }
+        let mask = (1u8 << self.high) - 1;
+        lo | (((q[self.high_plane() + 4 * j + tt] >> (self.high * c)) & mask) << 4)
     }
 
     /// All quants of (group, block) as `u[row * bk + t]`.
@@ -342,7 +408,7 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512 if !self.signed && self.m_of_d.is_none() => unsafe {
+            Simd::Avx512 if !self.signed && self.high == 0 && self.m_of_d.is_none() => unsafe {
                 crate::avx512::packed_groups(self, a, g0, g1, y, stride)
             },
             #[cfg(target_arch = "x86_64")]

@@ -23,8 +23,26 @@ fn quantised<B: GgmlType>(rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
     (bytes, deq)
 }
 
+/// Both layouts of `dtype` (compact, and a byte per quant as batch copies are) against
+/// candle and the f64 definition at `level`, and against each other: the same bits.
 fn check(level: Simd, dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, cols: usize) {
-    let p = PackedMatrix::new(dtype, bytes, rows, cols).expect("fast path");
+    let ys: Vec<Vec<Vec<f32>>> = [true, false]
+        .into_iter()
+        .map(|compact| {
+            let p = PackedMatrix::with_layout(dtype, bytes, rows, cols, compact).expect("fast");
+            check_layout(level, dtype, &p, deq)
+        })
+        .collect();
+    assert!(
+        ys[0] == ys[1],
+        "{dtype:?} {level:?}: the layouts give different numbers"
+    );
+}
+
+/// Returns the outputs of every batch size tried.
+fn check_layout(level: Simd, dtype: GgmlDType, p: &PackedMatrix, deq: &[f32]) -> Vec<Vec<f32>> {
+    let (rows, cols) = (p.rows(), p.cols());
+    let mut outputs = Vec::new();
     let mut row = vec![0f32; cols];
     for r in 0..rows {
         p.row(r, &mut row);
@@ -87,8 +105,10 @@ fn check(level: Simd, dtype: GgmlDType, bytes: &[u8], deq: &[f32], rows: usize, 
                 y[..rows],
                 "{dtype:?} {level:?} n={n}: batch changes row 0"
             );
+            outputs.push(y);
         }
     }
+    outputs
 }
 
 crate::level_tests!(every_format_matches_candle_on_every_level);
@@ -163,8 +183,8 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
             _ => block[0..2].copy_from_slice(&one),
         }
         let bytes = block.repeat(rows * cols / f.block_weights);
-        let p = PackedMatrix::new(dtype, &bytes, rows, cols).expect("fast path");
-        for sign in [1.0f32, -1.0] {
+        for (compact, sign) in [(true, 1.0f32), (true, -1.0), (false, 1.0), (false, -1.0)] {
+            let p = PackedMatrix::with_layout(dtype, &bytes, rows, cols, compact).expect("fast");
             let x = vec![sign; cols];
             let acts = QuantActs::new(&x, 1, cols);
             assert!(acts.q.iter().all(|q| q.unsigned_abs() == 127));
@@ -185,7 +205,7 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
                 for (r, (got, want)) in y.iter().zip(&exact).enumerate() {
                     assert!(
                         (*got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                        "{dtype:?} fill {fill:#x} {level:?} x={sign} row {r}: {got} vs {want}"
+                        "{dtype:?} fill {fill:#x} {level:?} compact {compact} x={sign} row {r}: {got} vs {want}"
                     );
                 }
             }
