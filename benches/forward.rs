@@ -48,8 +48,6 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0 / 128.0
         );
     }
-        return;
-    }
     let slots = 8;
     let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
     for slot in 0..slots {
