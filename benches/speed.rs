@@ -2,7 +2,8 @@
 //!
 //! `cargo bench --bench speed` (or `make bench`) prints:
 //! - prefill tokens/s of one 512-token prompt and single-sequence decode tokens/s (one
-//!   request at a time through the engine, as llama-bench's pp512 and tg128);
+//!   request at a time through the engine, as llama-bench's pp512 and tg128, and like
+//!   them the mean of 5 runs);
 //! - for 1, 8 and 32 concurrent requests (128-token prompts, 128 new tokens) through the
 //!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
 //!   and the prefill padding ratio; at 32, greedy and sampled (temperature 0.8, top-p 0.95).
@@ -62,14 +63,19 @@ fn timed(eng: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (f64, f64) 
     (start.elapsed().as_secs_f64(), first.elapsed().as_secs_f64())
 }
 
-/// Prefill of one 512-token prompt and decode of one sequence, through the engine.
+/// Repetitions of each single-request figure, averaged as llama-bench averages its own
+/// (`avg_ts` of its default 5).
+const REPS: usize = 5;
+
+/// Prefill of one 512-token prompt and decode of one sequence, through the engine: the
+/// mean tokens/s of `REPS` runs, each prompt fresh (a new first sentence, so no prefix is
+/// reused).
 fn runtime(eng: &EngineHandle, tok: &Tokenizer) -> (f64, f64) {
     timed(eng, prompt(tok, 16, 1), 1); // warm-up
-    let (t, _) = timed(eng, prompt(tok, 512, 0), 1);
-    let prefill = 512.0 / t;
+    let mean = |f: &dyn Fn(usize) -> f64| (0..REPS).map(f).sum::<f64>() / REPS as f64;
+    let prefill = mean(&|rep| 512.0 / timed(eng, prompt(tok, 512, 100 + rep), 1).0);
     // Like llama-bench's tg128: 128 tokens from an (almost) empty context.
-    let (_, t) = timed(eng, prompt(tok, 1, 0), 129);
-    let decode = 128.0 / t;
+    let decode = mean(&|rep| 128.0 / timed(eng, prompt(tok, 1, 200 + rep), 129).1);
     println!(
         "single request: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
     );
