@@ -5,7 +5,8 @@
 //!   request at a time through the engine, as llama-bench's pp512 and tg128, and like
 //!   them the mean of 5 runs);
 //! - for 1, 8 and 32 concurrent requests (128-token prompts, 128 new tokens) through the
-//!   engine: aggregate decode tokens/s, mean and max time to first token, wall time,
+//!   engine: aggregate decode tokens/s while all of them decode, mean and max time to
+//!   first token, wall time,
 //!   and the prefill padding ratio; at 32, greedy and sampled (temperature 0.8, top-p 0.95).
 //!
 //! Then, when llama.cpp is built (`scripts/build-llama-cpp`, or `LLAMA_CPP_BIN`), the
@@ -100,29 +101,43 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool
             eng.submit(r).expect("submit")
         })
         .collect();
+    // Every token's arrival time, per stream.
     let results = futures::future::join_all(streams.into_iter().map(|mut rx| async move {
-        let mut first = None;
-        let mut count = 0usize;
+        let mut times = Vec::new();
         while let Some(ev) = rx.recv().await {
             match ev {
-                Event::Token(_) => {
-                    count += 1;
-                    first.get_or_insert_with(Instant::now);
-                }
+                Event::Token(_) => times.push(Instant::now()),
                 Event::Done(_) => break,
                 Event::Error(e) => panic!("{e}"),
                 Event::Prompt(_) | Event::Beams(_) => {}
             }
         }
-        (first.expect("a token"), Instant::now(), count)
+        assert!(!times.is_empty(), "a token");
+        times
     }))
     .await;
     let wall = start.elapsed();
-    let ttfts: Vec<Duration> = results.iter().map(|r| r.0 - start).collect();
-    let last_first = results.iter().map(|r| r.0).max().unwrap();
-    let end = results.iter().map(|r| r.1).max().unwrap();
-    let decoded: usize = results.iter().map(|r| r.2 - 1).sum();
-    let agg = decoded as f64 / (end - last_first).as_secs_f64();
+    let ttfts: Vec<Duration> = results.iter().map(|t| t[0] - start).collect();
+    // As llama-batched-bench's generation speed, where every stream decodes together:
+    // the tokens made while all `n` streams are decoding (from the last first token to
+    // the first last one) over that time. Tokens made while some streams were still in
+    // prefill, or already done, count for neither.
+    let last_first = results.iter().map(|t| t[0]).max().unwrap();
+    let first_last = results
+        .iter()
+        .filter_map(|t| t.last())
+        .min()
+        .copied()
+        .unwrap();
+    let decoded: usize = results
+        .iter()
+        .map(|t| {
+            t.iter()
+                .filter(|&&at| at > last_first && at <= first_last)
+                .count()
+        })
+        .sum();
+    let agg = decoded as f64 / (first_last - last_first).as_secs_f64().max(1e-9);
     let mean_ttft = ttfts.iter().sum::<Duration>() / n as u32;
     let max_ttft = ttfts.iter().max().unwrap();
     let (p1, pad1) = eng.prefill_token_counts();
