@@ -87,19 +87,29 @@ pub(crate) struct Out<'a> {
     pub s16: &'a mut [f32],
 }
 
+impl Out<'_> {
+    /// The quant bytes of block `b`.
+    #[inline(always)]
+    pub(crate) fn block(&mut self, b: usize) -> &mut [i8] {
+        &mut self.q[b * ABLOCK..][..ABLOCK]
+    }
+
+    /// Block `b`'s scale and sums, from the sums of its halves' quants (`quantise_block`).
+    #[inline(always)]
+    pub(crate) fn put(&mut self, b: usize, (s0, s1, d): (i32, i32, f32)) {
+        self.d[b] = d;
+        self.s16[2 * b] = d * s0 as f32;
+        self.s16[2 * b + 1] = d * s1 as f32;
+        self.s32[b] = d * (s0 + s1) as f32;
+    }
+}
+
 /// Plain loops (the definition the AVX2 and AVX-512 paths follow).
 #[inline(always)]
 pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
-    for (b, (xb, qb)) in x
-        .chunks_exact(ABLOCK)
-        .zip(a.q.chunks_exact_mut(ABLOCK))
-        .enumerate()
-    {
-        let (s0, s1, d) = quantise_block(xb, qb);
-        a.d[b] = d;
-        a.s16[2 * b] = d * s0 as f32;
-        a.s16[2 * b + 1] = d * s1 as f32;
-        a.s32[b] = d * (s0 + s1) as f32;
+    for (b, xb) in x.chunks_exact(ABLOCK).enumerate() {
+        let sums = quantise_block(xb, a.block(b));
+        a.put(b, sums);
     }
 }
 

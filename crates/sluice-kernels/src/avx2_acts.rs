@@ -14,21 +14,11 @@ use crate::acts::{ABLOCK, Out, quantise_block};
 /// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
-    for (b, (xb, qb)) in x
-        .chunks_exact(ABLOCK)
-        .zip(a.q.chunks_exact_mut(ABLOCK))
-        .enumerate()
-    {
+    for (b, xb) in x.chunks_exact(ABLOCK).enumerate() {
+        let qb = a.block(b);
         // SAFETY: `xb` and `qb` hold 32 elements each; avx2 is enabled.
-        let sums = unsafe { block(xb, qb) };
-        let (s0, s1, d) = match sums {
-            Some(s) => s,
-            None => quantise_block(xb, qb),
-        };
-        a.d[b] = d;
-        a.s16[2 * b] = d * s0 as f32;
-        a.s16[2 * b + 1] = d * s1 as f32;
-        a.s32[b] = d * (s0 + s1) as f32;
+        let sums = unsafe { block(xb, qb) }.unwrap_or_else(|| quantise_block(xb, qb));
+        a.put(b, sums);
     }
 }
 

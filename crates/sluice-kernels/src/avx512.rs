@@ -143,11 +143,8 @@ pub(crate) unsafe fn packed_groups(
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
-    for (b, (xb, qb)) in x
-        .chunks_exact(ABLOCK)
-        .zip(a.q.chunks_exact_mut(ABLOCK))
-        .enumerate()
-    {
+    for (b, xb) in x.chunks_exact(ABLOCK).enumerate() {
+        let qb = a.block(b);
         // SAFETY: `xb` and `qb` hold 32 elements each; avx512f/bw are enabled.
         unsafe {
             let v0 = _mm512_loadu_ps(xb.as_ptr());
@@ -158,11 +155,8 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
             // A NaN or infinity, or a scale whose inverse overflows: the plain loop's
             // saturation is not the conversion's, so it takes the block.
             if !amax.is_finite() || !id.is_finite() || has_nan(v0, v1) {
-                let (s0, s1, d) = crate::acts::quantise_block(xb, qb);
-                a.d[b] = d;
-                a.s16[2 * b] = d * s0 as f32;
-                a.s16[2 * b + 1] = d * s1 as f32;
-                a.s32[b] = d * (s0 + s1) as f32;
+                let sums = crate::acts::quantise_block(xb, qb);
+                a.put(b, sums);
                 continue;
             }
             let id = _mm512_set1_ps(id);
@@ -175,10 +169,7 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
                 _mm512_cvtepi32_epi8(q1),
             );
             let (s0, s1) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
-            a.d[b] = d;
-            a.s16[2 * b] = d * s0 as f32;
-            a.s16[2 * b + 1] = d * s1 as f32;
-            a.s32[b] = d * (s0 + s1) as f32;
+            a.put(b, (s0, s1, d));
         }
     }
 }
