@@ -83,10 +83,7 @@ unsafe fn tile256<
     let chunks = BK / 4;
     let run = run16(BITS, SIGNED);
     // Bits above the nibble in the high plane (compact 5- and 6-bit quants).
-    const fn high(nib: bool, bits: u32) -> usize {
-        if nib { bits as usize - 4 } else { 0 }
-    }
-    let high_bits = high(NIB, BITS);
+    let high_bits = crate::packed::high_bits(NIB, BITS);
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);

@@ -14,8 +14,8 @@
 //! file instead of 8. Decode reads every weight once per token from memory, and there the
 //! compact form is faster; a batch of rows is bound by the instructions that unpack it,
 //! and there a byte per quant is faster (1.2-1.6x, `benches/kernels`): such matrices keep
-//! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). Scales and offsets are stored per group and block as 16 lanes, in
-//! f16 when that is exact (the legacy formats) and f32 otherwise; where the offset is a
+//! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). Scales and
+//! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the legacy formats) and f32 otherwise; where the offset is a
 //! fixed multiple of the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
@@ -51,10 +51,9 @@ pub struct PackedMatrix {
     /// portable path, where `|w| · (x · sign w)` needs one `vpmaddubsw` per chunk instead
     /// of two. (AVX-512 packs Q8_0 as `q + 128` for `vpdpbusd`.)
     pub(crate) signed: bool,
-    /// Bits above the nibble kept in the high plane (0, 1 or 2; never at AVX-512).
-    pub(crate) high: usize,
     /// Bits of the largest quant (4, 5, 6 or 8): how many chunks' pair sums the AVX2
-    /// kernel can add in 16 bits.
+    /// kernel can add in 16 bits, and with `nibbles`, how many bits above the nibble the
+    /// high plane keeps (`high`).
     pub(crate) bits: u32,
     /// The offset as a fixed multiple of the scale (`m = k·d`), not stored.
     pub(crate) m_of_d: Option<f32>,
@@ -105,19 +104,15 @@ impl PackedMatrix {
         }
         let nb = cols / f.bk;
         let groups = rows.div_ceil(GROUP);
-        // AVX-512 keeps 5- and 6-bit quants a byte each (its kernel reads them as stored).
-        let high = match f.max_u {
-            16..=31 if compact => 1,
-            32..=63 if compact => 2,
-            _ => 0,
-        };
-        let nibbles = f.max_u < 16 || high > 0;
         let bits = match f.max_u {
             0..=15 => 4,
             16..=31 => 5,
             32..=63 => 6,
             _ => 8,
         };
+        // Compact 5- and 6-bit quants: a nibble plane and a high plane.
+        let nibbles = bits == 4 || (compact && bits < 8);
+        let high = high_bits(nibbles, bits);
         // Decode every row once (in parallel), then interleave.
         let mut u = vec![0u8; groups * GROUP * cols];
         let mut d = vec![0f32; groups * GROUP * nb];
@@ -157,7 +152,6 @@ impl PackedMatrix {
             nibbles,
             wide: f.max_u > 63 && !signed,
             signed,
-            high,
             bits,
             m_of_d,
             half,
@@ -209,7 +203,12 @@ impl PackedMatrix {
 
     /// Quant bytes of one (group, block).
     pub(crate) fn block_quant_bytes(&self) -> usize {
-        Self::quant_bytes(self.bk, self.nibbles, self.high)
+        Self::quant_bytes(self.bk, self.nibbles, self.high())
+    }
+
+    /// Bits above the nibble kept in the high plane (0, 1 or 2; never at AVX-512).
+    pub(crate) fn high(&self) -> usize {
+        high_bits(self.nibbles, self.bits)
     }
 
     /// Offset of the high plane inside a block's quant bytes.
@@ -335,11 +334,12 @@ impl PackedMatrix {
         let half = self.bk / 8;
         let byte = q[(c % half) * CHUNK + 4 * j + tt];
         let lo = if c < half { byte & 0xF } else { byte >> 4 };
-        if self.high == 0 {
+        let high = self.high();
+        if high == 0 {
             return lo;
         }
-        let mask = (1u8 << self.high) - 1;
-        lo | (((q[self.high_plane() + 4 * j + tt] >> (self.high * c)) & mask) << 4)
+        let mask = (1u8 << high) - 1;
+        lo | (((q[self.high_plane() + 4 * j + tt] >> (high * c)) & mask) << 4)
     }
 
     /// All quants of (group, block) as `u[row * bk + t]`.
@@ -408,7 +408,7 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512 if !self.signed && self.high == 0 && self.m_of_d.is_none() => unsafe {
+            Simd::Avx512 if !self.signed && self.high() == 0 && self.m_of_d.is_none() => unsafe {
                 crate::avx512::packed_groups(self, a, g0, g1, y, stride)
             },
             #[cfg(target_arch = "x86_64")]
@@ -483,6 +483,12 @@ impl PackedMatrix {
             }
         }
     }
+}
+
+/// Bits above the nibble in the high plane of quants of `bits` bits (none unless packed
+/// as nibbles).
+pub(crate) const fn high_bits(nibbles: bool, bits: u32) -> usize {
+    if nibbles { bits as usize - 4 } else { 0 }
 }
 
 #[cfg(test)]
