@@ -38,7 +38,7 @@ fn golden() -> &'static Value {
 pub fn models() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("sluice-tiny-{}", std::process::id()));
+        let dir = common::scratch("tiny-models");
         let venv = std::env::var_os("SLUICE_VENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -253,7 +253,7 @@ fn hugging_face_folders_match_the_same_weights_in_gguf() {
 
 #[test]
 fn a_folder_that_cannot_be_served_is_refused_by_name() {
-    let dir = std::env::temp_dir().join(format!("sluice-bad-hf-{}", std::process::id()));
+    let dir = common::scratch("families").join("bad-hf");
     let src = models().join("hf-qwen2");
     std::fs::create_dir_all(&dir).unwrap();
     for f in std::fs::read_dir(&src).unwrap() {
@@ -284,7 +284,7 @@ fn a_folder_that_cannot_be_served_is_refused_by_name() {
 
 #[test]
 fn a_chat_template_file_replaces_the_models() {
-    let dir = std::env::temp_dir().join(format!("sluice-template-{}", std::process::id()));
+    let dir = common::scratch("families").join("template");
     std::fs::create_dir_all(&dir).unwrap();
     let tmpl = dir.join("chat.jinja");
     std::fs::write(

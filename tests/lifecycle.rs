@@ -19,7 +19,7 @@ async fn status(url: &str) -> Option<u16> {
 async fn not_ready_while_the_model_loads() {
     // A FIFO as the model file: opening it blocks until a writer appears, so the server
     // stays in its loading state for as long as the test wants.
-    let fifo = std::env::temp_dir().join(format!("sluice-fifo-{}.gguf", std::process::id()));
+    let fifo = common::scratch("lifecycle").join("loading.gguf");
     let _ = std::fs::remove_file(&fifo);
     assert!(
         std::process::Command::new("mkfifo")

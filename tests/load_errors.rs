@@ -11,7 +11,7 @@ use sluice::engine::ModelError;
 mod common;
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("sluice-{}-{name}", std::process::id()))
+    common::scratch("load-errors").join(name)
 }
 
 fn write(path: &std::path::Path, arch: &str, tensors: &[(&str, QTensor)]) {

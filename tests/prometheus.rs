@@ -27,8 +27,7 @@ async fn query(prom: &str, q: &str) -> Option<f64> {
 async fn prometheus_scrapes_exact_counts() {
     let base = common::server();
     let target = base.trim_start_matches("http://");
-    let dir = std::env::temp_dir().join(format!("sluice-prom-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("prometheus");
     let cfg = dir.join("prometheus.yml");
     std::fs::write(
         &cfg,

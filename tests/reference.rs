@@ -17,7 +17,7 @@ fn tokenisation_and_chat_template_match_llama_cpp() {
 #[test]
 fn a_tokenizer_json_gives_the_same_ids() {
     let tok = load().tokenizer;
-    let path = std::env::temp_dir().join(format!("sluice-tokenizer-{}.json", std::process::id()));
+    let path = common::scratch("reference").join("tokenizer.json");
     std::fs::write(&path, tok.to_json().unwrap()).unwrap();
     let file = sluice::engine::GgufFile::open(&common::model_path()).unwrap();
     let from_json = sluice::tokenizer::Tokenizer::from_gguf(&file, Some(&path), None)

@@ -17,7 +17,7 @@ const TOKEN: &str = "test-admin-token";
 const PROMPT: &str = "The history of the river town begins";
 
 fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-reload-{}", std::process::id()));
+    let d = common::scratch("reload").join("models");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -250,7 +250,8 @@ async fn reloads_swap_weights_without_losing_anything() {
     // Refusals, each leaving the old weights answering identically.
     let d = dir();
     std::fs::write(d.join("notes.gguf"), b"not a gguf file at all").unwrap();
-    let outside = std::env::temp_dir().join(format!("sluice-outside-{}.gguf", std::process::id()));
+    // Beside the models directory `dir()` (which the admin API is confined to).
+    let outside = common::scratch("reload").join("outside.gguf");
     std::fs::copy(&var, &outside).unwrap();
     let link = d.join("link.gguf");
     let _ = std::fs::remove_file(&link);

@@ -4,7 +4,7 @@
 pub mod golden;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -21,6 +21,32 @@ pub fn model_path() -> PathBuf {
 /// `tests/data`: the golden data the tests read (see its README).
 pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+/// This test binary's scratch directory, `$TMPDIR/sluice-test-<name>-<pid>`. A test binary
+/// cannot clean up when it exits (Rust drops no statics), so this first removes the
+/// directories of earlier runs whose process is gone: one run's files stay at most (a
+/// reload test's copies of the model are 190 MB).
+pub fn scratch(name: &str) -> PathBuf {
+    let tmp = std::env::temp_dir();
+    let prefix = format!("sluice-test-{name}-");
+    let me = std::process::id();
+    // Whether a process is alive is read from /proc; elsewhere nothing is removed.
+    if Path::new("/proc/self").exists() {
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix(&prefix));
+            let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid != me && !Path::new("/proc").join(pid.to_string()).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = tmp.join(format!("{prefix}{me}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// The golden reference file for the default model.
