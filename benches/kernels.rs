@@ -4,8 +4,10 @@
 //!
 //! `cargo bench --bench kernels` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 //! `SLUICE_BENCH_ROWS=1,8,64` picks the activation rows. Only the first tensor of each
-//! (type, shape) is timed. First it prints the machine's read bandwidth with every compute
-//! thread, which bounds every single-row (decode) figure.
+//! (type, shape) is timed. First it prints two ceilings measured with every compute thread:
+//! the machine's read bandwidth, which bounds every single-row (decode) figure, and on x86
+//! the rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
+//! AVX-512 VNNI.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -53,6 +55,13 @@ fn run() {
         "memory read (the ceiling of one-row matmuls): {:.1} GB/s",
         read_bandwidth()
     );
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        println!(
+            "AVX2 int8 multiply-add (the ceiling of many-row matmuls without VNNI): {:.1} GMAC/s",
+            int8_ceiling()
+        );
+    }
     println!("| tensor | type | rows x cols | n | us/call | weight GB/s | GMAC/s |");
     println!("|---|---|---|---:|---:|---:|---:|");
     for ((ty, out, cols), (name, dtype, bytes)) in seen {
@@ -102,4 +111,53 @@ fn read_bandwidth() -> f64 {
             (buf.len() * 8) as f64 / start.elapsed().as_secs_f64() / 1e9
         })
         .fold(0.0, f64::max)
+}
+
+/// GMAC/s of `vpmaddubsw` (32 int8 products summed in pairs) plus `vpaddw` into one of six
+/// accumulators, operands in registers, on every compute thread (best of 5). An AVX2 int8
+/// matmul needs at least these two instructions per 32 products (without VNNI there is no
+/// multiply that accumulates), so no many-row figure can pass this.
+#[cfg(target_arch = "x86_64")]
+fn int8_ceiling() -> f64 {
+    use rayon::prelude::*;
+    const ITERS: usize = 10_000_000;
+    let threads = rayon::current_num_threads();
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let sum: i64 = (0..threads)
+                .into_par_iter()
+                .with_max_len(1)
+                // SAFETY: the caller checked that the CPU has AVX2.
+                .map(|t| unsafe { maddubs_loop(ITERS, t as i8) })
+                .sum();
+            std::hint::black_box(sum);
+            (threads * ITERS * 6 * 32) as f64 / start.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn maddubs_loop(iters: usize, seed: i8) -> i64 {
+    use std::arch::x86_64::*;
+    let mut w = _mm256_set1_epi8(3 + seed);
+    let x: [__m256i; 6] = std::array::from_fn(|k| _mm256_set1_epi8(k as i8 - 3));
+    let mut acc = [_mm256_setzero_si256(); 6];
+    for _ in 0..iters {
+        // SAFETY: an empty instruction; it hides `w` from the optimiser so that the
+        // products are computed on every pass instead of once.
+        unsafe { std::arch::asm!("/* {0} */", inout(ymm_reg) w, options(nomem, nostack)) };
+        for k in 0..6 {
+            acc[k] = _mm256_add_epi16(acc[k], _mm256_maddubs_epi16(w, x[k]));
+        }
+    }
+    let mut lanes = [0i16; 16];
+    let mut total = 0i64;
+    for a in acc {
+        // SAFETY: `lanes` holds 32 bytes.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, a) };
+        total += lanes.iter().map(|&v| v as i64).sum::<i64>();
+    }
+    total
 }
