@@ -13,6 +13,9 @@
 //! same four figures from `llama-bench` and `llama-batched-bench` on the same file, and a
 //! table with the ratio sluice / llama.cpp.
 //!
+//! `SLUICE_BENCH_ROUNDS=3` measures both sides three times, alternating (sluice, llama.cpp,
+//! sluice, ...), and prints the medians, the ratio being the median of the rounds' ratios:
+//! on a host whose speed drifts, one round compares two different machines.
 //! `SLUICE_BENCH_CONCURRENCY=1,8` picks the engine rows; `SLUICE_MODEL` the model (a GGUF
 //! file or a Hugging Face folder); `SLUICE_BENCH_TYPES=file,Q4_K_M,Q8_0` benchmarks the file
 //! as it is (`file`, the default) and requantised copies of it (made with llama.cpp's
@@ -68,29 +71,39 @@ fn timed(eng: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (f64, f64) 
 /// (`avg_ts` of its default 5).
 const REPS: usize = 5;
 
+/// Added to every prompt's salt per round, so that no round reuses another's prompts.
+const ROUND_SALT: usize = 1000;
+
 /// Prefill of one 512-token prompt and decode of one sequence, through the engine: the
 /// mean tokens/s of `REPS` runs, each prompt fresh (a new first sentence, so no prefix is
 /// reused).
-fn runtime(eng: &EngineHandle, tok: &Tokenizer) -> (f64, f64) {
-    timed(eng, prompt(tok, 16, 1), 1); // warm-up
+fn runtime(eng: &EngineHandle, tok: &Tokenizer, round: usize) -> (f64, f64) {
+    let salt = round * ROUND_SALT;
+    timed(eng, prompt(tok, 16, salt + 1), 1); // warm-up
     let mean = |f: &dyn Fn(usize) -> f64| (0..REPS).map(f).sum::<f64>() / REPS as f64;
-    let prefill = mean(&|rep| 512.0 / timed(eng, prompt(tok, 512, 100 + rep), 1).0);
+    let prefill = mean(&|rep| 512.0 / timed(eng, prompt(tok, 512, salt + 100 + rep), 1).0);
     // Like llama-bench's tg128: 128 tokens from an (almost) empty context.
-    let decode = mean(&|rep| 128.0 / timed(eng, prompt(tok, 1, 200 + rep), 129).1);
+    let decode = mean(&|rep| 128.0 / timed(eng, prompt(tok, 1, salt + 200 + rep), 129).1);
     println!(
         "single request: prefill 512 tokens {prefill:.1} tok/s, decode 1 sequence {decode:.1} tok/s"
     );
     (prefill, decode)
 }
 
-async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool) -> f64 {
+async fn engine_row(
+    eng: &EngineHandle,
+    tok: &Tokenizer,
+    n: usize,
+    sampled: bool,
+    round: usize,
+) -> f64 {
     let (p0, pad0) = eng.prefill_token_counts();
     let start = Instant::now();
     let streams: Vec<_> = (0..n)
         .map(|i| {
             // The sampled run's prompts differ from the greedy run's: reusing their keys
             // and values would skip its prefill and make its figure incomparable.
-            let salt = if sampled { n + i } else { i };
+            let salt = round * ROUND_SALT + if sampled { n + i } else { i };
             let mut r = ValidRequest::greedy(prompt(tok, 128, salt), 128);
             r.stop_ids.clear();
             if sampled {
@@ -153,48 +166,74 @@ async fn engine_row(eng: &EngineHandle, tok: &Tokenizer, n: usize, sampled: bool
     agg
 }
 
-/// sluice's four figures for one model, tokens/s.
-fn sluice(path: &std::path::Path) -> peer::Figures {
-    let loaded =
-        sluice::load_model(path, &Default::default()).expect("run scripts/fetch-model first");
-    let (model, tok) = (loaded.model, Arc::new(loaded.tokenizer));
-    println!(
-        "{}: kernel level {:?}, threads {}",
-        path.display(),
-        sluice_kernels::Simd::current(),
-        rayon::current_num_threads()
-    );
-    let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
-        .unwrap_or_else(|_| "1,8,32".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    let cfg = EngineConfig {
-        slots: 32,
-        context: 1024,
-        ..Default::default()
-    };
-    let eng = EngineHandle::start(model, tok.clone(), cfg);
-    let (prefill, decode) = runtime(&eng, &tok);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut f = peer::Figures {
-        prefill,
-        decode,
-        ..Default::default()
-    };
-    for n in levels {
-        let agg = rt.block_on(engine_row(&eng, &tok, n, false));
-        if n == 32 {
-            // Temperature 0.8, top-p 0.95: what most traffic sends.
-            f.sampled32 = rt.block_on(engine_row(&eng, &tok, n, true));
-        }
-        match n {
-            8 => f.streams8 = agg,
-            32 => f.streams32 = agg,
-            _ => {}
+/// sluice on one model: the engine, its tokenizer and the concurrency levels to measure.
+struct Ours {
+    eng: EngineHandle,
+    tok: Arc<Tokenizer>,
+    levels: Vec<usize>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Ours {
+    fn start(path: &std::path::Path) -> Self {
+        let loaded =
+            sluice::load_model(path, &Default::default()).expect("run scripts/fetch-model first");
+        let (model, tok) = (loaded.model, Arc::new(loaded.tokenizer));
+        println!(
+            "{}: kernel level {:?}, threads {}",
+            path.display(),
+            sluice_kernels::Simd::current(),
+            rayon::current_num_threads()
+        );
+        let levels = std::env::var("SLUICE_BENCH_CONCURRENCY")
+            .unwrap_or_else(|_| "1,8,32".into())
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+        let cfg = EngineConfig {
+            slots: 32,
+            context: 1024,
+            ..Default::default()
+        };
+        let eng = EngineHandle::start(model, tok.clone(), cfg);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        Self {
+            eng,
+            tok,
+            levels,
+            rt,
         }
     }
-    f
+
+    /// sluice's figures, tokens/s, with round `round`'s prompts.
+    fn measure(&self, round: usize) -> peer::Figures {
+        let (prefill, decode) = runtime(&self.eng, &self.tok, round);
+        let mut f = peer::Figures {
+            prefill,
+            decode,
+            ..Default::default()
+        };
+        for &n in &self.levels {
+            let row = |sampled| engine_row(&self.eng, &self.tok, n, sampled, round);
+            let agg = self.rt.block_on(row(false));
+            if n == 32 {
+                // Temperature 0.8, top-p 0.95: what most traffic sends.
+                f.sampled32 = self.rt.block_on(row(true));
+            }
+            match n {
+                8 => f.streams8 = agg,
+                32 => f.streams32 = agg,
+                _ => {}
+            }
+        }
+        f
+    }
+}
+
+/// The median of `v` (the lower middle of an even count); 0 when empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
 }
 
 fn main() {
@@ -204,6 +243,11 @@ fn main() {
     if llama.is_none() {
         println!("llama.cpp not found (scripts/build-llama-cpp or LLAMA_CPP_BIN): sluice only");
     }
+    let rounds_wanted: usize = std::env::var("SLUICE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let mut table = Vec::new();
     for dtype in types.split(',').map(str::trim) {
         let path = match (&llama, dtype) {
@@ -211,44 +255,62 @@ fn main() {
             (Some(bin), t) => peer::requantised(bin, &default, t),
             (None, t) => panic!("{t} needs llama-quantize"),
         };
-        let ours = sluice(&path);
-        let theirs = llama
-            .as_ref()
-            .map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
+        // Rounds alternate sluice and llama.cpp, so that both see the machine in the same
+        // state: this VM's speed drifts by up to 2x within minutes.
+        let ours = Ours::start(&path);
+        let mut rounds = Vec::new();
+        for round in 0..rounds_wanted {
+            let us = ours.measure(round);
+            let them = llama
+                .as_ref()
+                .map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
+            if rounds_wanted > 1 {
+                println!("round {}: sluice {us:?}, llama.cpp {them:?}", round + 1);
+            }
+            rounds.push((us, them));
+        }
+        drop(ours);
         let label = match dtype {
             "file" => default
                 .file_name()
                 .map_or("model".into(), |n| n.to_string_lossy().into_owned()),
             t => t.to_string(),
         };
-        table.push((label, ours, theirs));
+        table.push((label, rounds));
     }
     println!("\n| model | figure (tok/s) | llama.cpp | sluice | sluice / llama.cpp |");
     println!("|---|---|---:|---:|---:|");
-    for (dtype, ours, theirs) in table {
-        let rows = [
-            ("prefill 512", ours.prefill, theirs.map(|t| t.prefill)),
-            ("decode, 1 stream", ours.decode, theirs.map(|t| t.decode)),
-            (
-                "decode, 8 streams (aggregate)",
-                ours.streams8,
-                theirs.map(|t| t.streams8),
-            ),
-            (
-                "decode, 32 streams (aggregate)",
-                ours.streams32,
-                theirs.map(|t| t.streams32),
-            ),
-            (
-                "decode, 32 streams sampled (aggregate)",
-                ours.sampled32,
-                None,
-            ),
-        ];
-        for (name, us, them) in rows {
-            let (them, ratio) = match them {
-                Some(t) if t > 0.0 && us > 0.0 => (format!("{t:.1}"), format!("{:.2}x", us / t)),
-                _ => ("-".into(), "-".into()),
+    type Pick = fn(&peer::Figures) -> f64;
+    let figures: [(&str, Pick, bool); 5] = [
+        ("prefill 512", |f| f.prefill, true),
+        ("decode, 1 stream", |f| f.decode, true),
+        ("decode, 8 streams (aggregate)", |f| f.streams8, true),
+        ("decode, 32 streams (aggregate)", |f| f.streams32, true),
+        (
+            "decode, 32 streams sampled (aggregate)",
+            |f| f.sampled32,
+            false,
+        ),
+    ];
+    for (dtype, rounds) in table {
+        for (name, pick, peer) in figures {
+            // Medians over the rounds; the ratio is the median of each round's ratio.
+            let us = median(rounds.iter().map(|(u, _)| pick(u)).collect());
+            if us == 0.0 {
+                continue; // not measured (SLUICE_BENCH_CONCURRENCY)
+            }
+            let pairs: Vec<(f64, f64)> = rounds
+                .iter()
+                .filter_map(|(u, t)| Some((pick(u), pick(t.as_ref()?))))
+                .filter(|&(u, t)| peer && u > 0.0 && t > 0.0)
+                .collect();
+            let (them, ratio) = if pairs.is_empty() {
+                ("-".into(), "-".into())
+            } else {
+                (
+                    format!("{:.1}", median(pairs.iter().map(|p| p.1).collect())),
+                    format!("{:.2}x", median(pairs.iter().map(|p| p.0 / p.1).collect())),
+                )
             };
             println!("| {dtype} | {name} | {them} | {us:.1} | {ratio} |");
         }
