@@ -4,10 +4,10 @@
 //!
 //! `cargo bench --bench kernels` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 //! `SLUICE_BENCH_ROWS=1,8,64` picks the activation rows. Only the first tensor of each
-//! (type, shape) is timed. First it prints two ceilings measured with every compute thread:
-//! the machine's read bandwidth, which bounds every single-row (decode) figure, and on x86
-//! the rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
-//! AVX-512 VNNI.
+//! (type, shape) is timed. First it prints ceilings measured with every compute thread: the
+//! machine's read bandwidth, which bounds every single-row (decode) figure, and on x86 the
+//! rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
+//! AVX-512 VNNI, alone and with the float epilogue that scales every block of 32 weights.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -59,7 +59,11 @@ fn run() {
     if is_x86_feature_detected!("avx2") {
         println!(
             "AVX2 int8 multiply-add (the ceiling of many-row matmuls without VNNI): {:.1} GMAC/s",
-            int8_ceiling()
+            int8_ceiling(maddubs_loop)
+        );
+        println!(
+            "the same with a float epilogue per 32 weights (a format's scales): {:.1} GMAC/s",
+            int8_ceiling(epilogue_loop)
         );
     }
     println!("| tensor | type | rows x cols | n | us/call | weight GB/s | GMAC/s |");
@@ -113,12 +117,10 @@ fn read_bandwidth() -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// GMAC/s of `vpmaddubsw` (32 int8 products summed in pairs) plus `vpaddw` into one of six
-/// accumulators, operands in registers, on every compute thread (best of 5). An AVX2 int8
-/// matmul needs at least these two instructions per 32 products (without VNNI there is no
-/// multiply that accumulates), so no many-row figure can pass this.
+/// GMAC/s of `body` (`maddubs_loop` or `epilogue_loop`, 192 products per iteration) on
+/// every compute thread (best of 5).
 #[cfg(target_arch = "x86_64")]
-fn int8_ceiling() -> f64 {
+fn int8_ceiling(body: unsafe fn(usize, i8) -> i64) -> f64 {
     use rayon::prelude::*;
     const ITERS: usize = 10_000_000;
     let threads = rayon::current_num_threads();
@@ -129,7 +131,7 @@ fn int8_ceiling() -> f64 {
                 .into_par_iter()
                 .with_max_len(1)
                 // SAFETY: the caller checked that the CPU has AVX2.
-                .map(|t| unsafe { maddubs_loop(ITERS, t as i8) })
+                .map(|t| unsafe { body(ITERS, t as i8) })
                 .sum();
             std::hint::black_box(sum);
             (threads * ITERS * 6 * 32) as f64 / start.elapsed().as_secs_f64() / 1e9
@@ -137,6 +139,10 @@ fn int8_ceiling() -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// `vpmaddubsw` (32 int8 products summed in pairs) plus `vpaddw` into one of six
+/// accumulators, operands in registers. An AVX2 int8 matmul needs at least these two
+/// instructions per 32 products (without VNNI there is no multiply that accumulates), so no
+/// many-row figure can pass this.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn maddubs_loop(iters: usize, seed: i8) -> i64 {
@@ -157,6 +163,63 @@ unsafe fn maddubs_loop(iters: usize, seed: i8) -> i64 {
     for a in acc {
         // SAFETY: `lanes` holds 32 bytes.
         unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, a) };
+        total += lanes.iter().map(|&v| v as i64).sum::<i64>();
+    }
+    total
+}
+
+/// As `maddubs_loop`, shaped like a kernel's tile: each pass takes 8 chunks of weights
+/// (one block of 32 columns for 8 rows) from memory and, for 4 activation rows, broadcasts
+/// 4 activation bytes per chunk, sums the products in 16 bits in two runs of 4 chunks,
+/// widens them (`vpmaddwd`) and applies the block's float epilogue: convert, scale by the
+/// weights' and the activations' scales, and add the offset term (two multiply-adds).
+/// Returns the accumulators' sum so that nothing is optimised away.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn epilogue_loop(iters: usize, seed: i8) -> i64 {
+    use std::arch::x86_64::*;
+    const ROWS: usize = 4;
+    let weights = [3u8.wrapping_add(seed as u8); 8 * 64];
+    let acts = [1i32; ROWS * 8];
+    let scales = [0.5f32; 16 + 2 * ROWS];
+    let (mut q, mut x, mut d) = (weights.as_ptr(), acts.as_ptr(), scales.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let ones = _mm256_set1_epi16(1);
+    // 1,024 products a pass: as many in all as `maddubs_loop`'s 192 per iteration.
+    for _ in 0..iters * 3 / 16 {
+        // SAFETY: an empty instruction; it hides the pointers from the optimiser so that
+        // every pass loads and computes.
+        unsafe {
+            std::arch::asm!("/* {0} {1} {2} */", inout(reg) q, inout(reg) x, inout(reg) d,
+                options(readonly, nostack))
+        };
+        // SAFETY: every read is inside the arrays above.
+        unsafe {
+            let w: [__m256i; 8] =
+                std::array::from_fn(|c| _mm256_loadu_si256(q.add(64 * c) as *const __m256i));
+            let (dw, mw) = (_mm256_loadu_ps(d), _mm256_loadu_ps(d.add(8)));
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let mut isum = _mm256_setzero_si256();
+                for run in 0..2 {
+                    let mut part = _mm256_setzero_si256();
+                    for (c, w) in w.iter().enumerate().skip(4 * run).take(4) {
+                        let xc = _mm256_set1_epi32(x.add(8 * k + c).read());
+                        part = _mm256_add_epi16(part, _mm256_maddubs_epi16(*w, xc));
+                    }
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(part, ones));
+                }
+                let da = _mm256_set1_ps(d.add(16 + k).read());
+                let sum = _mm256_set1_ps(d.add(16 + ROWS + k).read());
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), *acc);
+                *acc = _mm256_fmadd_ps(mw, sum, *acc);
+            }
+        }
+    }
+    let mut lanes = [0f32; 8];
+    let mut total = 0i64;
+    for a in acc {
+        // SAFETY: `lanes` holds 32 bytes.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
         total += lanes.iter().map(|&v| v as i64).sum::<i64>();
     }
     total
