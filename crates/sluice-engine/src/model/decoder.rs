@@ -99,10 +99,22 @@ impl Model for Decoder {
     }
 
     fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+        let mut logits = Vec::new();
+        self.forward_into(kv, rows, want, &mut logits);
+        logits
+    }
+
+    fn forward_into(
+        &self,
+        kv: &mut KvSlab,
+        rows: &[TokenRow],
+        want: &[usize],
+        logits: &mut Vec<f32>,
+    ) {
         // The whole pass runs on a worker of the compute pool: its parallel loops then
         // split work with the other workers directly instead of each one being injected
         // from outside the pool and waited for (hundreds of wake-ups per token).
-        pool().install(|| self.forward_rows(kv, rows, want))
+        pool().install(|| self.forward_rows(kv, rows, want, logits))
     }
 }
 
@@ -113,7 +125,13 @@ fn add(x: &mut [f32], y: &[f32]) {
 }
 
 impl Decoder {
-    fn forward_rows(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+    fn forward_rows(
+        &self,
+        kv: &mut KvSlab,
+        rows: &[TokenRow],
+        want: &[usize],
+        logits: &mut Vec<f32>,
+    ) {
         let n = rows.len();
         let dim = self.embed.cols;
         let mut x = vec![0f32; n * dim];
@@ -128,7 +146,8 @@ impl Decoder {
         let mut h = vec![0f32; n * dim];
         let mut mlp_out = vec![0f32; n * dim];
         let (Some(first), true) = (self.layers.first(), n > 0) else {
-            return Vec::new();
+            logits.clear();
+            return;
         };
         let mut attn = first.attn.scratch(n);
         let mut mlp = first.mlp.scratch(n);
@@ -163,11 +182,11 @@ impl Decoder {
             );
         }
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        let mut logits = vec![0f32; m * head.rows];
-        head.matmul(&last, m, &mut logits);
+        // Every element is overwritten: the old contents of a reused buffer need no zeroing.
+        logits.resize(m * head.rows, 0.0);
+        head.matmul(&last, m, logits);
         if let Some(cap) = self.final_softcap {
             logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
         }
-        logits
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct Worker {
     caches: Vec<SlotCache>,
     /// Steps run so far (the clock of least-recently-used eviction).
     tick: u64,
+    /// The logits buffer, reused from step to step (`Model::forward_into`).
+    logits: Vec<f32>,
 }
 
 impl Worker {
@@ -74,6 +76,7 @@ impl Worker {
             pool: SlotPool::new(config.slots, shared.slots_used.clone()),
             caches: vec![SlotCache::default(); config.slots],
             tick: 0,
+            logits: Vec::new(),
             model,
             tok,
             config,

@@ -149,7 +149,8 @@ impl Worker {
         }
         let samples: Vec<bool> = parts.iter().map(|p| p.samples).collect();
         let t = Instant::now();
-        let logits = self.forward_and_masks(&rows, &want, &mut seqs, &samples);
+        let mut logits = std::mem::take(&mut self.logits);
+        self.forward_and_masks(&rows, &want, &mut seqs, &samples, &mut logits);
         let took = t.elapsed().as_secs_f64();
         if rows.len() > decode_rows {
             self.metrics.prefill_duration.observe(took);
@@ -196,6 +197,7 @@ impl Worker {
             sampling.push((s, row));
         }
         self.sample_into(sampling, &logits);
+        self.logits = logits;
     }
 
     /// One beam-search step for `s`, whose live beams' logits rows end at row `end`:
@@ -227,7 +229,7 @@ impl Worker {
         true
     }
 
-    /// The model's logits for `rows`, while the grammar masks of the constrained
+    /// The model's logits for `rows` (into `logits`), while the grammar masks of the constrained
     /// sequences that sample this step are computed beside it (on the compute pool, all
     /// sequences in parallel: docs/ARCHITECTURE.md, "Constrained decoding").
     fn forward_and_masks(
@@ -236,7 +238,8 @@ impl Worker {
         want: &[usize],
         seqs: &mut [Sequence],
         samples: &[bool],
-    ) -> Vec<f32> {
+        logits: &mut Vec<f32>,
+    ) {
         let mut work: Vec<(&mut Guide, &mut Option<String>)> = seqs
             .iter_mut()
             .zip(samples)
@@ -244,7 +247,7 @@ impl Worker {
             .filter_map(|(s, _)| Some((s.guide.as_mut()?, &mut s.grammar_error)))
             .collect();
         if work.is_empty() {
-            return self.model.forward(&mut self.kv, rows, want);
+            return self.model.forward_into(&mut self.kv, rows, want, logits);
         }
         let (model, kv, metrics) = (&self.model, &mut self.kv, &self.metrics);
         std::thread::scope(|scope| {
@@ -260,9 +263,8 @@ impl Worker {
                 });
                 metrics.mask_time.observe(t.elapsed().as_secs_f64());
             });
-            let logits = model.forward(kv, rows, want);
+            model.forward_into(kv, rows, want, logits);
             masks.join().expect("mask computation does not panic");
-            logits
         })
     }
 
