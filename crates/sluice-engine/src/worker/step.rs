@@ -229,9 +229,9 @@ impl Worker {
         true
     }
 
-    /// The model's logits for `rows` (into `logits`), while the grammar masks of the constrained
-    /// sequences that sample this step are computed beside it (on the compute pool, all
-    /// sequences in parallel: docs/ARCHITECTURE.md, "Constrained decoding").
+    /// The model's logits for `rows` (into `logits`), while the grammar masks of the
+    /// constrained sequences that sample this step are computed beside it (on the compute
+    /// pool, all sequences in parallel: docs/ARCHITECTURE.md, "Constrained decoding").
     fn forward_and_masks(
         &mut self,
         rows: &[TokenRow],
