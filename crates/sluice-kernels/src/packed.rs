@@ -15,8 +15,9 @@
 //! compact form is faster; a batch of rows is bound by the instructions that unpack it,
 //! and there a byte per quant is faster (1.2-1.6x, `benches/kernels`): such matrices keep
 //! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). Scales and
-//! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the legacy formats) and f32 otherwise; where the offset is a
-//! fixed multiple of the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
+//! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the
+//! legacy formats) and f32 otherwise; where the offset is a fixed multiple of the scale
+//! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
 //! (`acts.rs`); integer sums are exact, and each output is computed in the same order

@@ -98,12 +98,6 @@ impl Model for Decoder {
         &self.shape
     }
 
-    fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
-        let mut logits = Vec::new();
-        self.forward_into(kv, rows, want, &mut logits);
-        logits
-    }
-
     fn forward_into(
         &self,
         kv: &mut KvSlab,

@@ -66,21 +66,24 @@ pub trait Model: Send + Sync {
 
     /// Runs `rows` through the model, writing their keys and values into `kv` at
     /// `(slot, pos)` before attention, each row attending to positions `0..=pos` of its
-    /// own slot, and returns the logits of the rows listed in `want` (`want.len() x
-    /// vocab`, in that order). A row's numbers must not depend on the other rows.
-    fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32>;
-
-    /// `forward` into `logits`, resized to `want.len() x vocab`: a caller that runs step
-    /// after step keeps one buffer. (32 rows of a 262,144-token vocabulary are 34 MB, which
-    /// the allocator would map afresh and the kernel zero on every step.)
+    /// own slot, and puts the logits of the rows listed in `want` into `logits`, resized
+    /// to `want.len() x vocab`, in that order. A row's numbers must not depend on the other
+    /// rows. A caller that runs step after step keeps one buffer: 32 rows of a
+    /// 262,144-token vocabulary are 34 MB, which the allocator would otherwise map afresh
+    /// and the kernel zero on every step.
     fn forward_into(
         &self,
         kv: &mut KvSlab,
         rows: &[TokenRow],
         want: &[usize],
         logits: &mut Vec<f32>,
-    ) {
-        *logits = self.forward(kv, rows, want);
+    );
+
+    /// `forward_into` a new buffer.
+    fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
+        let mut logits = Vec::new();
+        self.forward_into(kv, rows, want, &mut logits);
+        logits
     }
 }
 
