@@ -2,8 +2,8 @@
 //! token at positions 64..192 of one slot, with the output head (logits wanted) and
 //! without it, which splits a decode step between the layers and the head.
 //!
-//! Then one decode step of 8 slots at positions 128..256 (8 rows, logits for each): the
-//! step of 8 running streams. Last, the prefill of one 512-token prompt (logits for its
+//! Then one decode step of 8 slots (`SLUICE_BENCH_SLOTS`) at positions 128..256 (a row and
+//! logits for each): the step of that many running streams. Last, the prefill of one 512-token prompt (logits for its
 //! last row only), `SLUICE_BENCH_PREFILLS` times (default 3).
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
@@ -48,7 +48,10 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0 / 128.0
         );
     }
-    let slots = 8;
+    let slots: usize = std::env::var("SLUICE_BENCH_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
     let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
     for slot in 0..slots {
         let rows: Vec<TokenRow> = (0..128)

@@ -1,7 +1,7 @@
 //! Cost of choosing one token from a real logits row, per sampling setting: microseconds
 //! per row for greedy, the served benchmark's sampled setting (temperature 0.8, top-p
 //! 0.95), plain temperature, top-k, min-p and penalties, and for the log-probability that
-//! every choice also reports. The rows are the default model's logits after 32 different
+//! a choice reports when the request asks for it. The rows are the default model's logits after 32 different
 //! prompts, so the distributions are the ones a server samples from.
 //!
 //! `cargo bench --bench sampling` (the default model), or `SLUICE_MODEL=FILE.gguf`.
@@ -75,7 +75,7 @@ fn main() {
     println!("|---|---:|");
     let reps = 20;
     for (name, params) in &settings {
-        let top = if name.contains("logprobs") { 5 } else { 0 };
+        let top = name.contains("logprobs").then_some(5);
         let t = Instant::now();
         for step in 0..reps {
             for row in logits.chunks(s.vocab) {
@@ -92,5 +92,5 @@ fn main() {
         }
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / (reps as usize * n) as f64;
-    println!("| the log-probability alone (part of every row above) | {us:.1} |");
+    println!("| the log-probability alone (added to a row when asked for) | {us:.1} |");
 }

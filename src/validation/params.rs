@@ -375,6 +375,7 @@ pub(super) fn build(
                 stop_ids: stop_ids.clone(),
                 stop_strings: stop_strings.clone(),
                 logprobs,
+                rank_by_logprob: copies > n,
                 route,
                 constraint: None,
                 prompt_logprobs: scored,

@@ -211,7 +211,7 @@ impl BeamSearch {
                     .map(|(i, (&id, &logprob))| TokenEvent {
                         id,
                         text: String::new(),
-                        logprob,
+                        logprob: Some(logprob),
                         top: Vec::new(),
                         is_end: h.ended && i + 1 == h.tokens.len(),
                         weights_version: None,

@@ -25,6 +25,10 @@ pub struct ValidRequest {
     pub stop_strings: Vec<String>,
     /// Alternatives to report with each token's log-probability (`None`: no logprobs).
     pub logprobs: Option<usize>,
+    /// Compute each token's log-probability even without `logprobs` (`best_of` ranks
+    /// choices by their totals). Otherwise a token comes without it: its normaliser is a
+    /// pass over the whole vocabulary per token.
+    pub rank_by_logprob: bool,
     /// Route label for metrics (`completions`, `chat`, or `engine` for direct callers).
     pub route: &'static str,
     /// A compiled grammar the output must follow.
@@ -55,6 +59,7 @@ impl ValidRequest {
             stop_ids: Vec::new(),
             stop_strings: Vec::new(),
             logprobs: None,
+            rank_by_logprob: false,
             route: "engine",
             constraint: None,
             prompt_logprobs: None,
@@ -91,8 +96,9 @@ pub struct TokenEvent {
     pub id: u32,
     /// Text that became final with this token (may be empty: held back, or an end token).
     pub text: String,
-    /// Raw log-probability of the token.
-    pub logprob: f32,
+    /// Raw log-probability of the token: `None` unless the request asked for logprobs or
+    /// ranks by them (`ValidRequest::rank_by_logprob`), or in a beam search's hypotheses.
+    pub logprob: Option<f32>,
     /// Top alternatives when logprobs were asked for.
     pub top: Vec<(u32, f32)>,
     /// This token ended the sequence (an end or stop token id): its text is not output.

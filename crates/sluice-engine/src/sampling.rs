@@ -51,8 +51,8 @@ impl Default for SamplingParams {
 pub struct Sampled {
     /// Chosen id.
     pub token: u32,
-    /// `log_softmax(raw logits)[token]`.
-    pub logprob: f32,
+    /// `log_softmax(raw logits)[token]`, when asked for.
+    pub logprob: Option<f32>,
     /// The `n` most likely ids under the raw distribution, best first.
     pub top: Vec<(u32, f32)>,
 }
@@ -208,9 +208,17 @@ fn penalise(logits: &mut [f32], p: &SamplingParams, h: &History) {
     }
 }
 
-/// Chooses the next token of a sequence at generation step `step` and reports `n_top`
-/// raw alternatives. `logits` is the model's raw output and is left untouched.
-pub fn sample(logits: &[f32], p: &SamplingParams, h: &History, step: u64, n_top: usize) -> Sampled {
+/// Chooses the next token of a sequence at generation step `step` and, with `Some(n_top)`,
+/// reports its raw log-probability and `n_top` raw alternatives (`None` skips them: the
+/// softmax normaliser is a pass over the vocabulary that a plain greedy choice does not
+/// need). `logits` is the model's raw output and is left untouched.
+pub fn sample(
+    logits: &[f32],
+    p: &SamplingParams,
+    h: &History,
+    step: u64,
+    n_top: Option<usize>,
+) -> Sampled {
     sample_with(logits, p, h, step, n_top, None::<fn(&mut [f32])>)
 }
 
@@ -222,7 +230,7 @@ pub fn sample_with(
     p: &SamplingParams,
     h: &History,
     step: u64,
-    n_top: usize,
+    n_top: Option<usize>,
     restrict: Option<impl FnOnce(&mut [f32])>,
 ) -> Sampled {
     let plain = p.presence_penalty == 0.0
@@ -241,18 +249,26 @@ pub fn sample_with(
             std::borrow::Cow::Owned(w)
         }
     };
-    // One pass for the raw maximum, which the draw shares when it draws from the raw logits.
-    let raw_max = max_value(logits);
+    // The raw maximum, when the draw or the log-probabilities need it: one pass, shared
+    // when the draw is from the raw logits.
+    let mut raw_max = None;
     let token = if p.temperature <= 0.0 {
         best(&work, 1)[0] as u32
     } else {
-        let max = match &work {
-            std::borrow::Cow::Borrowed(_) => raw_max,
-            std::borrow::Cow::Owned(w) => max_value(w),
-        };
+        let max = max_value(&work);
+        if matches!(work, std::borrow::Cow::Borrowed(_)) {
+            raw_max = Some(max);
+        }
         draw(&work, max, p, uniform(p.seed, step))
     };
-    let (logprob, top) = scores_at(logits, raw_max, n_top, token);
+    let (logprob, top) = match n_top {
+        Some(n) => {
+            let max = raw_max.unwrap_or_else(|| max_value(logits));
+            let (logprob, top) = scores_at(logits, max, n, token);
+            (Some(logprob), top)
+        }
+        None => (None, Vec::new()),
+    };
     Sampled {
         token,
         logprob,

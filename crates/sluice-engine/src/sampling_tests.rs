@@ -86,7 +86,7 @@ fn params() -> SamplingParams {
 #[test]
 fn greedy_takes_argmax_with_lowest_index_on_ties() {
     let l = [1.0, 3.0, 3.0, 0.5];
-    assert_eq!(sample(&l, &params(), &History::default(), 0, 0).token, 1);
+    assert_eq!(sample(&l, &params(), &History::default(), 0, None).token, 1);
 }
 
 #[test]
@@ -95,9 +95,9 @@ fn logprobs_come_from_raw_distribution() {
     let mut p = params();
     p.temperature = 0.5;
     p.top_k = 1;
-    let s = sample(&l, &p, &History::default(), 0, 3);
+    let s = sample(&l, &p, &History::default(), 0, Some(3));
     assert_eq!(s.token, 2);
-    assert!((s.logprob - (5.0f32 / 8.0).ln()).abs() < 1e-6);
+    assert!((s.logprob.unwrap() - (5.0f32 / 8.0).ln()).abs() < 1e-6);
     assert_eq!(s.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1, 0]);
     assert!((s.top[2].1 - (1.0f32 / 8.0).ln()).abs() < 1e-6);
 }
@@ -132,10 +132,10 @@ fn seeded_draw_is_exact_and_stable() {
     assert_ne!(uniform(7, 3), uniform(8, 3));
     p.min_p = 0.0;
     let a: Vec<u32> = (0..20)
-        .map(|s| sample(&l, &p, &History::default(), s, 0).token)
+        .map(|s| sample(&l, &p, &History::default(), s, None).token)
         .collect();
     let b: Vec<u32> = (0..20)
-        .map(|s| sample(&l, &p, &History::default(), s, 0).token)
+        .map(|s| sample(&l, &p, &History::default(), s, None).token)
         .collect();
     assert_eq!(a, b);
     assert!(
@@ -167,15 +167,34 @@ fn penalties_follow_openai_formulas() {
     assert_eq!(l[2], 4.0);
     // token 3: prompt token, negative logit multiplied by the penalty
     assert_eq!(l[3], -2.0);
-    assert_eq!(sample(&l, &params(), &h, 0, 0).token, 2);
+    assert_eq!(sample(&l, &params(), &h, 0, None).token, 2);
 }
 
 #[test]
 fn temperature_zero_never_divides() {
     let l = [f32::MIN, 0.0, f32::MAX];
-    let s = sample(&l, &params(), &History::default(), 0, 1);
+    let s = sample(&l, &params(), &History::default(), 0, Some(1));
     assert_eq!(s.token, 2);
-    assert!(s.logprob.is_finite());
+    assert!(s.logprob.unwrap().is_finite());
+}
+
+#[test]
+fn logprobs_are_computed_only_when_asked_for() {
+    let l = [0.0f32, 2.0, 1.0];
+    let mut p = params();
+    for t in [0.0, 0.8] {
+        p.temperature = t;
+        let plain = sample(&l, &p, &History::default(), 7, None);
+        let scored = sample(&l, &p, &History::default(), 7, Some(0));
+        assert_eq!((plain.logprob, plain.top.len()), (None, 0));
+        assert_eq!(
+            plain.token, scored.token,
+            "the choice does not depend on it"
+        );
+        let want = l[scored.token as usize] - l.iter().map(|x| x.exp()).sum::<f32>().ln();
+        assert!((scored.logprob.unwrap() - want).abs() < 1e-6);
+        assert!(scored.top.is_empty());
+    }
 }
 
 #[test]

@@ -313,3 +313,26 @@ fn the_queue_limits_refuse_at_once_and_every_path_releases_its_place() {
     let model: &dyn Model = &FakeModel::new(1);
     assert_eq!(model.shape().vocab, VOCAB);
 }
+
+#[test]
+fn a_token_carries_its_logprob_only_when_the_request_needs_it() {
+    let h = engine(1, config(4));
+    let plain = h.hold(ValidRequest::greedy(vec![1], 3));
+    let mut asked = ValidRequest::greedy(vec![2], 3);
+    asked.logprobs = Some(0);
+    let mut ranked = ValidRequest::greedy(vec![3], 3);
+    ranked.rank_by_logprob = true;
+    let (asked, ranked) = (h.e.submit(asked).unwrap(), h.e.submit(ranked).unwrap());
+    h.release.send(()).unwrap();
+    for (mut rx, computed) in [(plain, false), (asked, true), (ranked, true)] {
+        let mut tokens = 0;
+        while let Some(ev) = rx.blocking_recv() {
+            if let Event::Token(t) = ev {
+                assert_eq!(t.logprob.is_some(), computed, "{t:?}");
+                assert!(t.logprob.is_none_or(|l| l <= 0.0));
+                tokens += 1;
+            }
+        }
+        assert_eq!(tokens, 3);
+    }
+}

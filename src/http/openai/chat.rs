@@ -35,7 +35,8 @@ fn logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> ChatLogprobs {
             .iter()
             .filter(|t| !t.is_end)
             .map(|t| {
-                let e = entry(t.id, t.logprob);
+                // Computed for every token of a request with logprobs.
+                let e = entry(t.id, t.logprob.unwrap_or(f32::NAN));
                 ChatTokenLogprob {
                     token: e.token,
                     logprob: e.logprob,

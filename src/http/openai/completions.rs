@@ -45,7 +45,7 @@ fn logprobs(
         add(t.id, t.logprob, &t.top, true);
     }
     for t in tokens {
-        add(t.id, Some(t.logprob), &t.top, !t.is_end);
+        add(t.id, t.logprob, &t.top, !t.is_end);
     }
     lp
 }

@@ -177,7 +177,13 @@ pub fn best_of(choices: Vec<Choice>, copies: usize, n: usize) -> Vec<Choice> {
         if group.is_empty() {
             return out;
         }
-        let total = |c: &Choice| c.tokens.iter().map(|t| f64::from(t.logprob)).sum::<f64>();
+        // Computed for every token of a `best_of` request (`rank_by_logprob`).
+        let total = |c: &Choice| {
+            c.tokens
+                .iter()
+                .map(|t| t.logprob.map_or(f64::NEG_INFINITY, f64::from))
+                .sum::<f64>()
+        };
         group.sort_by(|a, b| total(b).total_cmp(&total(a)));
         out.extend(group.into_iter().take(n));
     }

@@ -21,7 +21,7 @@ struct Job<'a> {
     params: &'a SamplingParams,
     history: &'a History,
     step: u64,
-    n_top: usize,
+    n_top: Option<usize>,
     mask: Option<SimpleVob>,
 }
 
@@ -298,7 +298,7 @@ impl Worker {
                         params: &s.req.params,
                         history: &s.history,
                         step: s.generated() as u64,
-                        n_top: s.req.logprobs.unwrap_or(0),
+                        n_top: s.req.logprobs.or(s.req.rank_by_logprob.then_some(0)),
                         mask: s.guide.as_mut().and_then(|g| g.mask.take()),
                     }))
                 })
