@@ -218,7 +218,15 @@ unsafe fn run256<
     // SAFETY (whole body): as in `run512`.
     unsafe {
         let mut lanes = [0f32; GROUP];
+        // Groups before `full` have all 16 rows: their lanes go straight to `y`.
+        let full = p.rows() / GROUP;
         let mut put = |g: usize, i: usize, lo: __m256, hi: __m256| {
+            if g < full {
+                let o = y.add(i * stride + g * GROUP);
+                _mm256_storeu_ps(o, lo);
+                _mm256_storeu_ps(o.add(8), hi);
+                return;
+            }
             _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
             p.store(g, i, &lanes, y, stride);
