@@ -3,7 +3,8 @@
 //! activation row (decode) and integer throughput at 64 rows (prefill).
 //!
 //! `cargo bench --bench kernels` (the default model), or `SLUICE_MODEL=FILE.gguf`.
-//! `SLUICE_BENCH_ROWS=1,8,64` picks the activation rows. Only the first tensor of each
+//! `SLUICE_BENCH_ROWS=1,8,64` picks the activation rows, `SLUICE_BENCH_FORMATS=Q5_0,Q4K`
+//! the tensor types (as the table names them). Only the first tensor of each
 //! (type, shape) is timed. First it prints ceilings measured with every compute thread: the
 //! machine's read bandwidth, which bounds every single-row (decode) figure, and on x86 the
 //! rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
@@ -68,7 +69,14 @@ fn run() {
     }
     println!("| tensor | type | rows x cols | n | us/call | weight GB/s | GMAC/s |");
     println!("|---|---|---|---:|---:|---:|---:|");
+    // `SLUICE_BENCH_FORMATS=Q5_0,Q4K` times only those tensor types.
+    let formats: Option<Vec<String>> = std::env::var("SLUICE_BENCH_FORMATS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     for ((ty, out, cols), (name, dtype, bytes)) in seen {
+        if formats.as_ref().is_some_and(|f| !f.contains(&ty)) {
+            continue;
+        }
         let lin = QLinear::new(dtype, bytes, out, cols).expect("a matrix");
         for &n in &rows {
             let x: Vec<f32> = (0..n * cols)
