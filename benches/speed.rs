@@ -183,7 +183,7 @@ impl Ours {
             "{}: kernel level {:?}, threads {}",
             path.display(),
             sluice_kernels::Simd::current(),
-            rayon::current_num_threads()
+            sluice_kernels::threads::threads()
         );
         let levels = std::env::var("SLUICE_BENCH_CONCURRENCY")
             .unwrap_or_else(|_| "1,8,32".into())
@@ -263,7 +263,7 @@ fn main() {
             let us = ours.measure(round);
             let them = llama
                 .as_ref()
-                .map(|bin| peer::measure(bin, &path, rayon::current_num_threads()));
+                .map(|bin| peer::measure(bin, &path, sluice_kernels::threads::threads()));
             if rounds_wanted > 1 {
                 println!("round {}: sluice {us:?}, llama.cpp {them:?}", round + 1);
             }

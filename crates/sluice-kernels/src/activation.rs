@@ -1,8 +1,6 @@
 //! Gated activations of the feed-forward block: `g = act(g) * u` for SwiGLU (SiLU) and
 //! GeGLU (GELU, tanh approximation, as Gemma uses).
 
-use rayon::prelude::*;
-
 use crate::attention::exp_fast;
 use crate::simd::Simd;
 
@@ -14,9 +12,9 @@ const TASK: usize = 1 << 14;
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
     let level = Simd::current();
-    gate.par_chunks_mut(TASK)
-        .zip(up.par_chunks(TASK))
-        .for_each(|(gate, up)| match level {
+    crate::threads::for_each_chunk(gate, TASK, |i, gate| {
+        let up = &up[i * TASK..][..gate.len()];
+        match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
             Simd::Avx512 => unsafe { crate::avx512::silu_mul(gate, up) },
@@ -24,7 +22,8 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
             // SAFETY: as above.
             Simd::Avx2 => unsafe { crate::avx2::silu_mul(gate, up) },
             _ => silu_body(gate, up),
-        });
+        }
+    });
 }
 
 /// `gate = gelu(gate) * up`, element-wise (tanh approximation).
@@ -32,9 +31,9 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up shapes");
     let level = Simd::current();
-    gate.par_chunks_mut(TASK)
-        .zip(up.par_chunks(TASK))
-        .for_each(|(gate, up)| match level {
+    crate::threads::for_each_chunk(gate, TASK, |i, gate| {
+        let up = &up[i * TASK..][..gate.len()];
+        match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Simd::Avx512 => unsafe { crate::avx512::gelu_mul(gate, up) },
@@ -42,7 +41,8 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
             // SAFETY: as above.
             Simd::Avx2 => unsafe { crate::avx2::gelu_mul(gate, up) },
             _ => gelu_body(gate, up),
-        });
+        }
+    });
 }
 
 #[inline(always)]

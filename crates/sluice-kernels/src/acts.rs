@@ -5,7 +5,7 @@
 //! the block sums `d * Σq` (over 32 and over each half of 16) that the weights' offsets
 //! multiply.
 
-use rayon::prelude::*;
+use crate::threads::Chunks;
 
 use crate::simd::Simd;
 
@@ -53,23 +53,32 @@ impl QuantActs {
         // Large batches (prefill) are split across the compute threads by rows.
         let rows_per_task = if n >= 32 { 16 } else { n.max(1) };
         let nb = cols / ABLOCK;
-        x.par_chunks(rows_per_task * cols)
-            .zip(self.q.par_chunks_mut(rows_per_task * cols))
-            .zip(self.d.par_chunks_mut(rows_per_task * nb))
-            .zip(self.s32.par_chunks_mut(rows_per_task * nb))
-            .zip(self.s16.par_chunks_mut(rows_per_task * nb * 2))
-            .for_each(|((((x, q), d), s32), s16)| {
-                let mut out = Out { q, d, s32, s16 };
-                match level {
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `Simd::current` only returns a level the CPU reports.
-                    Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: as above.
-                    Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
-                    _ => quantise(&mut out, x),
+        let rows = rows_per_task;
+        let q = Chunks::new(&mut self.q, rows * cols);
+        let d = Chunks::new(&mut self.d, rows * nb);
+        let s32 = Chunks::new(&mut self.s32, rows * nb);
+        let s16 = Chunks::new(&mut self.s16, rows * nb * 2);
+        crate::threads::for_each(n.div_ceil(rows), |i| {
+            let x = &x[i * rows * cols..((i + 1) * rows * cols).min(x.len())];
+            // SAFETY: task `i` is the only one that takes chunk `i` of each output.
+            let mut out = unsafe {
+                Out {
+                    q: q.get(i),
+                    d: d.get(i),
+                    s32: s32.get(i),
+                    s16: s16.get(i),
                 }
-            });
+            };
+            match level {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Simd::current` only returns a level the CPU reports.
+                Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above.
+                Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
+                _ => quantise(&mut out, x),
+            }
+        });
     }
 
     /// Block sums for weight blocks of `bk` (16 or 32) columns.

@@ -32,6 +32,7 @@ mod packed;
 mod quantize;
 mod simd;
 mod softmax;
+pub mod threads;
 
 pub use activation::{gelu_mul, silu_mul};
 pub use acts::{ABLOCK, QuantActs};

@@ -14,8 +14,6 @@ use candle_core::quantized::k_quants::{
 };
 use std::cell::OnceCell;
 
-use rayon::prelude::*;
-
 use crate::acts::QuantActs;
 use crate::dense::Dense;
 use crate::packed::PackedMatrix;
@@ -214,7 +212,7 @@ impl QLinear {
         let src = match &self.src {
             Source::Packed(..) => return Self::matmul_many(input, &mut [(self, y)]),
             Source::Dense(d) => {
-                (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each(|t| {
+                crate::threads::for_each(rows.div_ceil(TILE_ROWS), |t| {
                     let (r0, r1) = (t * TILE_ROWS, ((t + 1) * TILE_ROWS).min(rows));
                     for (i, xi) in x.chunks_exact(cols).enumerate() {
                         for r in r0..r1 {
@@ -229,23 +227,21 @@ impl QLinear {
             }
             Source::Rows(s) => s,
         };
-        (0..rows.div_ceil(TILE_ROWS)).into_par_iter().for_each_init(
-            || vec![0f32; TILE_ROWS * cols],
-            |tile, t| {
-                let r0 = t * TILE_ROWS;
-                let r1 = (r0 + TILE_ROWS).min(rows);
+        crate::threads::for_each(rows.div_ceil(TILE_ROWS), |t| {
+            let mut tile = vec![0f32; TILE_ROWS * cols];
+            let r0 = t * TILE_ROWS;
+            let r1 = (r0 + TILE_ROWS).min(rows);
+            for r in r0..r1 {
+                src.row(r, &mut tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+            }
+            for (i, xi) in x.chunks_exact(cols).enumerate() {
                 for r in r0..r1 {
-                    src.row(r, &mut tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+                    let d = dot(xi, &tile[(r - r0) * cols..(r - r0 + 1) * cols]);
+                    // SAFETY: as above.
+                    unsafe { *out.get().add(i * rows + r) = d };
                 }
-                for (i, xi) in x.chunks_exact(cols).enumerate() {
-                    for r in r0..r1 {
-                        let d = dot(xi, &tile[(r - r0) * cols..(r - r0 + 1) * cols]);
-                        // SAFETY: as above.
-                        unsafe { *out.get().add(i * rows + r) = d };
-                    }
-                }
-            },
-        );
+            }
+        });
     }
 }
 
@@ -276,7 +272,7 @@ impl QLinear {
         }
         let acts = input.acts(outs[0].0.cols);
         let total: usize = packed.iter().map(|p| p.groups()).sum();
-        let per_task = total.div_ceil(rayon::current_num_threads() * 4).max(1);
+        let per_task = total.div_ceil(crate::threads::threads() * 4).max(1);
         let mut tasks = Vec::new();
         for (k, p) in packed.iter().enumerate() {
             let groups = p.groups();
@@ -289,7 +285,8 @@ impl QLinear {
             .iter_mut()
             .map(|(w, y)| (SendPtr(y.as_mut_ptr()), w.rows))
             .collect();
-        tasks.into_par_iter().for_each(|(k, g0, g1)| {
+        crate::threads::for_each(tasks.len(), |t| {
+            let (k, g0, g1) = tasks[t];
             let (y, rows) = ys[k];
             // SAFETY: tasks own disjoint group ranges of one matrix each, so every output
             // element is written by exactly one task, in bounds of its matrix's output.
@@ -325,7 +322,7 @@ impl<'a> Input<'a> {
     }
 }
 
-/// A raw pointer that may cross into rayon tasks writing disjoint elements.
+/// A raw pointer that may cross into parallel tasks writing disjoint elements.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
 // SAFETY: only used for writes to disjoint indices, see `QLinear::matmul`.

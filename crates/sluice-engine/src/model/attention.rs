@@ -2,7 +2,6 @@
 //! RoPE, the KV slab write, attention over the slot's live positions (optional sliding
 //! window and logit soft-capping, any head size), and the output projection.
 
-use rayon::prelude::*;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
@@ -191,7 +190,7 @@ impl Attention {
             let mut scores = Vec::new();
             items.iter().map(|item| one(&mut scores, item)).collect()
         } else {
-            items.par_iter().map_init(Vec::new, one).collect()
+            sluice_kernels::threads::map(items.len(), |i| one(&mut Vec::new(), &items[i]))
         };
         for (&(i0, t, kvh), o) in items.iter().zip(&done) {
             for k in 0..t {

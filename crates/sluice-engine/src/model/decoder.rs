@@ -15,7 +15,7 @@ use super::attention::{Attention, AttentionOptions};
 use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle};
 use super::hparams::Hparams;
 use super::tensors::{matrix, optional_matrix};
-use super::{Model, Shape, TokenRow, pool};
+use super::{Model, Shape, TokenRow};
 use crate::gguf::{GgufFile, ModelError};
 use crate::kv::KvSlab;
 
@@ -105,10 +105,9 @@ impl Model for Decoder {
         want: &[usize],
         logits: &mut Vec<f32>,
     ) {
-        // The whole pass runs on a worker of the compute pool: its parallel loops then
-        // split work with the other workers directly instead of each one being injected
-        // from outside the pool and waited for (hundreds of wake-ups per token).
-        pool().install(|| self.forward_rows(kv, rows, want, logits))
+        // The pass runs on the calling thread; its parallel regions (matmuls, attention,
+        // activations) share out their tasks with `sluice_kernels::threads`' helpers.
+        self.forward_rows(kv, rows, want, logits)
     }
 }
 

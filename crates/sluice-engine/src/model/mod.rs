@@ -122,7 +122,8 @@ pub fn load(file: &GgufFile) -> Result<Box<dyn Model>, ModelError> {
     Ok(Box::new(architecture(file)?.load(file)?))
 }
 
-/// The compute threads (`RAYON_NUM_THREADS`, else one per CPU).
+/// The threads that compute grammar masks beside a forward pass (`RAYON_NUM_THREADS`,
+/// else one per CPU). The forward pass itself runs on `sluice_kernels::threads`.
 pub(crate) fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
     POOL.get_or_init(|| {

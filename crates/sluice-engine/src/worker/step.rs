@@ -303,10 +303,8 @@ impl Worker {
                     }))
                 })
                 .collect();
-            crate::model::pool().install(|| {
-                jobs.par_iter()
-                    .map(|j| j.as_ref().map(|j| j.as_ref().map(Job::run)))
-                    .collect()
+            sluice_kernels::threads::map(jobs.len(), |i| {
+                jobs[i].as_ref().map(|j| j.as_ref().map(Job::run))
             })
         };
         for ((mut s, _), choice) in seqs.drain(..).zip(choices) {
