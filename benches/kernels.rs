@@ -50,7 +50,7 @@ fn run() {
         "{}: kernel level {:?}, threads {}",
         path.display(),
         sluice_kernels::Simd::current(),
-        rayon::current_num_threads()
+        sluice_kernels::threads::threads()
     );
     println!(
         "memory read (the ceiling of one-row matmuls): {:.1} GB/s",
