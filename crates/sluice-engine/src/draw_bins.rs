@@ -18,38 +18,59 @@ const PER_NAT: f32 = 64.0;
 /// is likely to land in.
 const MARGIN: f64 = 1e-9;
 
-/// One logits row in bins: each token's bin, and each bin's weight and token count.
+/// One logits row in bins: each token's bin, and each bin's weight and (when asked for)
+/// token count.
 pub(super) struct Bins<'a> {
     logits: &'a [f32],
     w: &'a [f32],
     total: f64,
-    bin: Vec<u16>,
+    bin: &'a [u16],
     mass: Vec<f64>,
     count: Vec<usize>,
 }
 
 impl<'a> Bins<'a> {
     /// `w` and `total` as `exp_weights` gives them for `max` and temperature `t`; the
-    /// logits hold no NaN.
-    pub(super) fn new(logits: &'a [f32], w: &'a [f32], total: f64, max: f32, t: f32) -> Self {
-        let mut bin = vec![0u16; logits.len()];
-        sluice_kernels::bin_indices(logits, max, PER_NAT / t, (BINS - 1) as u16, &mut bin);
+    /// logits hold no NaN. `bin` is scratch space, overwritten. The bins' token counts
+    /// (about a third of the histogram's cost) are only made when `counts` is set; without
+    /// them every count reads 0.
+    pub(super) fn new(
+        logits: &'a [f32],
+        w: &'a [f32],
+        bin: &'a mut Vec<u16>,
+        total: f64,
+        (max, t): (f32, f32),
+        counts: bool,
+    ) -> Self {
+        bin.resize(logits.len(), 0);
+        sluice_kernels::bin_indices(logits, max, PER_NAT / t, (BINS - 1) as u16, bin);
+        let bin: &'a [u16] = bin;
         // Four histograms (`j * BINS + bin`), each taking every fourth token, so that
         // neighbouring tokens in one bin do not wait on each other's additions.
         let mut mass = vec![0f64; 4 * BINS];
-        let mut count = vec![0u32; 4 * BINS];
+        let mut count = vec![0u32; if counts { 4 * BINS } else { 0 }];
         let mut quads = bin.chunks_exact(4).zip(w.chunks_exact(4));
-        for (k, x) in &mut quads {
-            for j in 0..4 {
-                let at = j * BINS + k[j] as usize % BINS;
-                mass[at] += x[j] as f64;
-                count[at] += 1;
+        if counts {
+            for (k, x) in &mut quads {
+                for j in 0..4 {
+                    let at = j * BINS + k[j] as usize % BINS;
+                    mass[at] += x[j] as f64;
+                    count[at] += 1;
+                }
+            }
+        } else {
+            for (k, x) in &mut quads {
+                for j in 0..4 {
+                    mass[j * BINS + k[j] as usize % BINS] += x[j] as f64;
+                }
             }
         }
         let tail = bin.len() / 4 * 4;
         for (&k, &x) in bin[tail..].iter().zip(&w[tail..]) {
             mass[k as usize % BINS] += x as f64;
-            count[k as usize % BINS] += 1;
+            if counts {
+                count[k as usize % BINS] += 1;
+            }
         }
         let at = |j: usize, b: usize| j * BINS + b;
         Self {
@@ -61,7 +82,10 @@ impl<'a> Bins<'a> {
                 .map(|b| (mass[at(0, b)] + mass[at(1, b)]) + (mass[at(2, b)] + mass[at(3, b)]))
                 .collect(),
             count: (0..BINS)
-                .map(|b| (0..4).map(|j| count[at(j, b)] as usize).sum())
+                .map(|b| match counts {
+                    true => (0..4).map(|j| count[at(j, b)] as usize).sum(),
+                    false => 0,
+                })
                 .collect(),
         }
     }
@@ -145,9 +169,11 @@ impl<'a> Bins<'a> {
 
 /// The token the exact walk of `sampling::draw` chooses with `u`, or `None` when only the
 /// exact walk can tell. `w`, `total`: `exp_weights` at the row's maximum `max`.
+/// `bin` is scratch space.
 pub(super) fn draw(
     logits: &[f32],
     w: &[f32],
+    bin: &mut Vec<u16>,
     total: f64,
     max: f32,
     p: &SamplingParams,
@@ -155,7 +181,11 @@ pub(super) fn draw(
 ) -> Option<u32> {
     let n = logits.len();
     let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
-    let mut bins = Bins::new(logits, w, total, max, p.temperature);
+    // Positions in draw order matter only to top-k and min-p. Without them, the draw's
+    // target (`u` times the mass up to top-p's cut) is crossed at or before the cut's
+    // token, so no position limit is needed either (`usize::MAX` below).
+    let counts = k < n || p.min_p > 0.0;
+    let mut bins = Bins::new(logits, w, bin, total, (max, p.temperature), counts);
     if k < n {
         // Top-k: the candidates are the first k tokens, their weight the total.
         bins.total = bins.prefix_weight(k);
@@ -167,7 +197,7 @@ pub(super) fn draw(
     let (mut keep, mut kept_mass) = (k, None);
     if p.top_p < 1.0 {
         let (_, acc, pos) = bins.crossing(p.top_p as f64, false, k)?;
-        (keep, kept_mass) = (pos, Some(acc));
+        (keep, kept_mass) = (if counts { pos } else { usize::MAX }, Some(acc));
     }
     if p.min_p > 0.0 {
         // The best token's weight is that of every token at the maximum.

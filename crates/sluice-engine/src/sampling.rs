@@ -274,6 +274,14 @@ impl<'a> Ranked<'a> {
     }
 }
 
+thread_local! {
+    /// A row's weights and bins, kept per thread: two vocabulary-sized buffers that a
+    /// draw overwrites whole, so no row allocates (or zeroes) them again.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<u16>)> = const {
+        std::cell::RefCell::new((Vec::new(), Vec::new()))
+    };
+}
+
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
 /// sampling with `u` in candidate order (best first, ties by index). The binned walk
 /// (`draw_bins.rs`) finds the token without sorting; it gives up near rounding ties, where
@@ -281,12 +289,16 @@ impl<'a> Ranked<'a> {
 /// `max`: the logits' maximum.
 fn draw(logits: &[f32], max: f32, p: &SamplingParams, u: f64) -> u32 {
     if max.is_finite() {
-        let mut w = vec![0f32; logits.len()];
-        let total = exp_weights(logits, max, p.temperature, &mut w);
-        if total.is_finite()
-            && total > 0.0
-            && let Some(token) = bins::draw(logits, &w, total, max, p, u)
-        {
+        let fast = SCRATCH.with_borrow_mut(|(w, bin)| {
+            w.resize(logits.len(), 0.0);
+            let total = exp_weights(logits, max, p.temperature, w);
+            if total.is_finite() && total > 0.0 {
+                bins::draw(logits, w, bin, total, max, p, u)
+            } else {
+                None
+            }
+        });
+        if let Some(token) = fast {
             return token;
         }
     }

@@ -270,7 +270,7 @@ fn the_binned_draw_answers_almost_always_and_as_the_exact_walk() {
             // Rows on a grid (even cases) hold exact ties, where top-p's cut can fall on a
             // running sum of exactly p: the bins must leave those to the exact walk.
             cases += case % 2;
-            let got = bins::draw(&logits, &w, total, max, &p, u);
+            let got = bins::draw(&logits, &w, &mut Vec::new(), total, max, &p, u);
             if let Some(t) = got {
                 answered += case % 2;
                 assert_eq!(
@@ -297,9 +297,18 @@ fn the_binned_draw_leaves_rounding_ties_to_the_exact_walk() {
     let mut w = vec![0f32; 3];
     let total = exp_weights(&l, max, 1.0, &mut w);
     let half = (w[0] as f64 / total) / (1.0 + 1e-15);
-    assert_eq!(bins::draw(&l, &w, total, max, &p, half), None);
-    assert_eq!(bins::draw(&l, &w, total, max, &p, 0.25), Some(0));
-    assert_eq!(bins::draw(&l, &w, total, max, &p, 0.75), Some(1));
+    assert_eq!(
+        bins::draw(&l, &w, &mut Vec::new(), total, max, &p, half),
+        None
+    );
+    assert_eq!(
+        bins::draw(&l, &w, &mut Vec::new(), total, max, &p, 0.25),
+        Some(0)
+    );
+    assert_eq!(
+        bins::draw(&l, &w, &mut Vec::new(), total, max, &p, 0.75),
+        Some(1)
+    );
     assert_eq!(draw(&l, &p, half), draw_exact(&l, &p, half));
 }
 
