@@ -298,6 +298,21 @@ mod tests {
     }
 
     #[test]
+    fn map_keeps_the_order_and_chunks_cover_the_slice() {
+        assert_eq!(
+            map(100, |i| i * i),
+            (0..100).map(|i| i * i).collect::<Vec<_>>()
+        );
+        let mut v = vec![0usize; 1000];
+        for_each_chunk(&mut v, 64, |c, chunk| {
+            for (j, x) in chunk.iter_mut().enumerate() {
+                *x = c * 64 + j;
+            }
+        });
+        assert_eq!(v, (0..1000).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn nested_and_concurrent_jobs_complete() {
         let total = AtomicU32::new(0);
         std::thread::scope(|s| {
