@@ -50,10 +50,9 @@ impl QuantActs {
         self.s32.resize(n * cols / ABLOCK, 0.0);
         self.s16.resize(n * cols / 16, 0.0);
         let level = Simd::current();
-        // Large batches (prefill) are split across the compute threads by rows.
-        let rows_per_task = if n >= 32 { 16 } else { n.max(1) };
+        // Large batches (prefill) are split across the compute threads, `rows` per task.
+        let rows = if n >= 32 { 16 } else { n.max(1) };
         let nb = cols / ABLOCK;
-        let rows = rows_per_task;
         let q = Chunks::new(&mut self.q, rows * cols);
         let d = Chunks::new(&mut self.d, rows * nb);
         let s32 = Chunks::new(&mut self.s32, rows * nb);
