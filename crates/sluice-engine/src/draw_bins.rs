@@ -50,6 +50,8 @@ impl<'a> Bins<'a> {
         let mut mass = vec![0f64; 4 * BINS];
         let mut count = vec![0u32; if counts { 4 * BINS } else { 0 }];
         let mut quads = bin.chunks_exact(4).zip(w.chunks_exact(4));
+        // Two loops rather than a test of `counts` per token: the single loop measured
+        // 3-7% slower per sampled Gemma row (benches/sampling).
         if counts {
             for (k, x) in &mut quads {
                 for j in 0..4 {
