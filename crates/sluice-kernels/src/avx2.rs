@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 use crate::acts::QuantActs;
 use crate::attention::{Attn, KEY_BLOCK, key_index};
-use crate::packed::{GROUP, PackedMatrix};
+use crate::packed::{GROUP, PackedMatrix, Part};
 
 /// Prefetches the f16 values `vp[lo..hi]` into L1, a cache line (32 values) at a time.
 /// A prefetch never faults, so the addresses need not be in bounds.
@@ -210,8 +210,7 @@ unsafe fn run256<
 >(
     p: &PackedMatrix,
     a: &QuantActs,
-    g0: usize,
-    g1: usize,
+    part: Part,
     y: *mut f32,
     stride: usize,
 ) {
@@ -240,23 +239,24 @@ unsafe fn run256<
                 }
             }};
         }
-        for g in g0..g1 {
-            let mut i = 0;
+        let end = part.rows.end;
+        for g in part.groups.clone() {
+            let mut i = part.rows.start;
             // 5-bit quants keep a 32-bit sum per row besides the 16-bit run (runs of 4
             // chunks): 4 rows fit the registers, 6 spill (45% slower, benches/kernels).
             if BITS == 5 {
-                while i + 4 <= a.n {
+                while i + 4 <= end {
                     tile!(4, g, i);
                     i += 4;
                 }
             } else {
-                while i + ROWS256 <= a.n {
+                while i + ROWS256 <= end {
                     tile!(6, g, i);
                     i += ROWS256;
                 }
             }
             // The rest in one narrower tile (each row's sums are the same in any tile).
-            match a.n - i {
+            match end - i {
                 0 => {}
                 1 => tile!(1, g, i),
                 2 => tile!(2, g, i),
@@ -268,7 +268,7 @@ unsafe fn run256<
     }
 }
 
-/// The AVX2 kernel for groups `g0..g1`.
+/// The AVX2 kernel for one part of a matmul.
 ///
 /// # Safety
 /// As `groups_avx512`.
@@ -276,28 +276,27 @@ unsafe fn run256<
 pub(crate) unsafe fn packed_groups(
     p: &PackedMatrix,
     a: &QuantActs,
-    g0: usize,
-    g1: usize,
+    part: Part,
     y: *mut f32,
     stride: usize,
 ) {
     // SAFETY: forwarded.
     unsafe {
         match (p.nibbles, p.bk, p.wide, p.signed, p.bits) {
-            (true, 32, _, _, 4) => run256::<true, 32, false, false, 4>(p, a, g0, g1, y, stride),
-            (true, 32, _, _, 5) => run256::<true, 32, false, false, 5>(p, a, g0, g1, y, stride),
-            (true, 16, _, _, 6) => run256::<true, 16, false, false, 6>(p, a, g0, g1, y, stride),
+            (true, 32, _, _, 4) => run256::<true, 32, false, false, 4>(p, a, part, y, stride),
+            (true, 32, _, _, 5) => run256::<true, 32, false, false, 5>(p, a, part, y, stride),
+            (true, 16, _, _, 6) => run256::<true, 16, false, false, 6>(p, a, part, y, stride),
             (false, 32, false, true, _) => {
-                run256::<false, 32, false, true, 8>(p, a, g0, g1, y, stride)
+                run256::<false, 32, false, true, 8>(p, a, part, y, stride)
             }
             (false, 32, false, false, 5) => {
-                run256::<false, 32, false, false, 5>(p, a, g0, g1, y, stride)
+                run256::<false, 32, false, false, 5>(p, a, part, y, stride)
             }
             (false, 32, false, false, _) => {
-                run256::<false, 32, false, false, 6>(p, a, g0, g1, y, stride)
+                run256::<false, 32, false, false, 6>(p, a, part, y, stride)
             }
-            (false, 32, true, _, _) => run256::<false, 32, true, false, 8>(p, a, g0, g1, y, stride),
-            (false, 16, _, _, _) => run256::<false, 16, false, false, 6>(p, a, g0, g1, y, stride),
+            (false, 32, true, _, _) => run256::<false, 32, true, false, 8>(p, a, part, y, stride),
+            (false, 16, _, _, _) => run256::<false, 16, false, false, 6>(p, a, part, y, stride),
             other => unreachable!("layout {other:?}"),
         }
     }

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use crate::acts::{ABLOCK, Out, QuantActs};
 use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
-use crate::packed::{GROUP, PackedMatrix, ROWS};
+use crate::packed::{GROUP, PackedMatrix, Part, ROWS};
 
 /// Loads 16 scale lanes (f16 or f32).
 #[inline(always)]
@@ -88,17 +88,17 @@ unsafe fn tile512<const NIB: bool, const BK: usize, const R: usize>(
 unsafe fn run512<const NIB: bool, const BK: usize>(
     p: &PackedMatrix,
     a: &QuantActs,
-    g0: usize,
-    g1: usize,
+    part: Part,
     y: *mut f32,
     stride: usize,
 ) {
     // SAFETY (whole body): as in `tile512`; `store` writes inside the caller's range.
     unsafe {
         let mut lanes = [0f32; GROUP];
-        for g in g0..g1 {
-            let mut i = 0;
-            while i + ROWS <= a.n {
+        let end = part.rows.end;
+        for g in part.groups.clone() {
+            let mut i = part.rows.start;
+            while i + ROWS <= end {
                 let acc = tile512::<NIB, BK, ROWS>(p, a, g, i);
                 for (k, v) in acc.iter().enumerate() {
                     _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
@@ -106,7 +106,7 @@ unsafe fn run512<const NIB: bool, const BK: usize>(
                 }
                 i += ROWS;
             }
-            while i < a.n {
+            while i < end {
                 let acc = tile512::<NIB, BK, 1>(p, a, g, i);
                 _mm512_storeu_ps(lanes.as_mut_ptr(), acc[0]);
                 p.store(g, i, &lanes, y, stride);
@@ -116,7 +116,7 @@ unsafe fn run512<const NIB: bool, const BK: usize>(
     }
 }
 
-/// The AVX-512 VNNI kernel for groups `g0..g1`.
+/// The AVX-512 VNNI kernel for one part of a matmul.
 ///
 /// # Safety
 /// The CPU has the enabled features; shapes checked and `y` exclusive as in
@@ -125,17 +125,16 @@ unsafe fn run512<const NIB: bool, const BK: usize>(
 pub(crate) unsafe fn packed_groups(
     p: &PackedMatrix,
     a: &QuantActs,
-    g0: usize,
-    g1: usize,
+    part: Part,
     y: *mut f32,
     stride: usize,
 ) {
     // SAFETY: forwarded.
     unsafe {
         match (p.nibbles, p.bk) {
-            (true, 32) => run512::<true, 32>(p, a, g0, g1, y, stride),
-            (false, 32) => run512::<false, 32>(p, a, g0, g1, y, stride),
-            (false, 16) => run512::<false, 16>(p, a, g0, g1, y, stride),
+            (true, 32) => run512::<true, 32>(p, a, part, y, stride),
+            (false, 32) => run512::<false, 32>(p, a, part, y, stride),
+            (false, 16) => run512::<false, 16>(p, a, part, y, stride),
             other => unreachable!("layout {other:?}"),
         }
     }

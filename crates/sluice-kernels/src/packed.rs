@@ -38,6 +38,16 @@ const CHUNK: usize = 64;
 /// Activation rows that share one unpacked weight block.
 pub(crate) const ROWS: usize = 8;
 
+/// The share of one matmul that one task computes: the weight rows of groups `groups`
+/// against activation rows `rows`.
+#[derive(Clone, Debug)]
+pub struct Part {
+    /// Groups of `GROUP` weight rows.
+    pub groups: std::ops::Range<usize>,
+    /// Activation rows.
+    pub rows: std::ops::Range<usize>,
+}
+
 /// A weight matrix in the grouped layout.
 pub struct PackedMatrix {
     rows: usize,
@@ -367,21 +377,14 @@ impl PackedMatrix {
         }
     }
 
-    /// `y[i * stride + r] = x_i · W_r` for every activation row i and every row r of the
-    /// groups `g0..g1`, at the current SIMD level.
+    /// `y[i * stride + r] = x_i · W_r` for every activation row i and every weight row r
+    /// of `part`, at the current SIMD level.
     ///
     /// # Safety
     /// `y` must be valid for writes at those indices, and no other thread may write them.
-    pub unsafe fn matmul_groups(
-        &self,
-        a: &QuantActs,
-        g0: usize,
-        g1: usize,
-        y: *mut f32,
-        stride: usize,
-    ) {
+    pub unsafe fn matmul_groups(&self, a: &QuantActs, part: Part, y: *mut f32, stride: usize) {
         // SAFETY: forwarded.
-        unsafe { self.matmul_groups_at(Simd::current(), a, g0, g1, y, stride) }
+        unsafe { self.matmul_groups_at(Simd::current(), a, part, y, stride) }
     }
 
     /// As `matmul_groups`, at a given level (which must not exceed `Simd::detected()`).
@@ -392,13 +395,15 @@ impl PackedMatrix {
         &self,
         level: Simd,
         a: &QuantActs,
-        g0: usize,
-        g1: usize,
+        part: Part,
         y: *mut f32,
         stride: usize,
     ) {
         assert!(
-            g1 <= self.groups() && a.cols == self.cols && a.q.len() == a.n * a.cols,
+            part.groups.end <= self.groups()
+                && part.rows.end <= a.n
+                && a.cols == self.cols
+                && a.q.len() == a.n * a.cols,
             "matmul shapes"
         );
         assert!(
@@ -410,16 +415,16 @@ impl PackedMatrix {
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
             Simd::Avx512 if !self.signed && self.high() == 0 && self.m_of_d.is_none() => unsafe {
-                crate::avx512::packed_groups(self, a, g0, g1, y, stride)
+                crate::avx512::packed_groups(self, a, part, y, stride)
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2).
-            Simd::Avx512 => unsafe { crate::avx2::packed_groups(self, a, g0, g1, y, stride) },
+            Simd::Avx512 => unsafe { crate::avx2::packed_groups(self, a, part, y, stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::packed_groups(self, a, g0, g1, y, stride) },
+            Simd::Avx2 => unsafe { crate::avx2::packed_groups(self, a, part, y, stride) },
             // SAFETY: the caller's contract covers `y`.
-            _ => unsafe { self.groups_portable(a, g0, g1, y, stride) },
+            _ => unsafe { self.groups_portable(a, part, y, stride) },
         }
     }
 
@@ -445,25 +450,18 @@ impl PackedMatrix {
     }
 
     /// Plain Rust: the definition the SIMD paths follow.
-    unsafe fn groups_portable(
-        &self,
-        a: &QuantActs,
-        g0: usize,
-        g1: usize,
-        y: *mut f32,
-        stride: usize,
-    ) {
+    unsafe fn groups_portable(&self, a: &QuantActs, part: Part, y: *mut f32, stride: usize) {
         let (bk, nb, cols) = (self.bk, self.blocks(), self.cols);
         let sums = a.sums(bk);
         let mut u = vec![0u8; GROUP * bk];
-        let mut acc = vec![[0f32; GROUP]; a.n];
-        for g in g0..g1 {
+        let mut acc = vec![[0f32; GROUP]; part.rows.len()];
+        for g in part.groups {
             acc.iter_mut().for_each(|x| *x = [0.0; GROUP]);
             for b in 0..nb {
                 self.unpack(g, b, &mut u);
                 let dw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.d, g, b, j));
                 let mw: [f32; GROUP] = std::array::from_fn(|j| self.offset_at(g, b, j));
-                for (i, acc) in acc.iter_mut().enumerate() {
+                for (i, acc) in part.rows.clone().zip(acc.iter_mut()) {
                     let xq = &a.q[i * cols + b * bk..][..bk];
                     let da = a.d[(i * cols + b * bk) / 32];
                     let s = sums[i * nb + b];
@@ -478,7 +476,7 @@ impl PackedMatrix {
                     }
                 }
             }
-            for (i, lanes) in acc.iter().enumerate() {
+            for (i, lanes) in part.rows.clone().zip(&acc) {
                 // SAFETY: the caller's contract.
                 unsafe { self.store(g, i, lanes, y, stride) };
             }

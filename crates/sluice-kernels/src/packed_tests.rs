@@ -81,7 +81,18 @@ fn check_layout(level: Simd, dtype: GgmlDType, p: &PackedMatrix, deq: &[f32]) ->
         {
             let mut y = vec![f32::NAN; n * rows];
             // SAFETY: y has n * rows elements and this thread alone writes them.
-            unsafe { p.matmul_groups_at(level, &acts, 0, p.groups(), y.as_mut_ptr(), rows) };
+            unsafe {
+                p.matmul_groups_at(
+                    level,
+                    &acts,
+                    Part {
+                        groups: 0..p.groups(),
+                        rows: 0..acts.n,
+                    },
+                    y.as_mut_ptr(),
+                    rows,
+                )
+            };
             for k in 0..n * rows {
                 let got = y[k] as f64;
                 assert!(
@@ -99,7 +110,18 @@ fn check_layout(level: Simd, dtype: GgmlDType, p: &PackedMatrix, deq: &[f32]) ->
             let one = QuantActs::new(&x[..cols], 1, cols);
             let mut y1 = vec![0f32; rows];
             // SAFETY: as above.
-            unsafe { p.matmul_groups_at(level, &one, 0, p.groups(), y1.as_mut_ptr(), rows) };
+            unsafe {
+                p.matmul_groups_at(
+                    level,
+                    &one,
+                    Part {
+                        groups: 0..p.groups(),
+                        rows: 0..one.n,
+                    },
+                    y1.as_mut_ptr(),
+                    rows,
+                )
+            };
             assert_eq!(
                 y1,
                 y[..rows],
@@ -201,7 +223,18 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
             {
                 let mut y = vec![f32::NAN; rows];
                 // SAFETY: y has `rows` elements and this thread alone writes them.
-                unsafe { p.matmul_groups_at(level, &acts, 0, 1, y.as_mut_ptr(), rows) };
+                unsafe {
+                    p.matmul_groups_at(
+                        level,
+                        &acts,
+                        Part {
+                            groups: 0..1,
+                            rows: 0..acts.n,
+                        },
+                        y.as_mut_ptr(),
+                        rows,
+                    )
+                };
                 for (r, (got, want)) in y.iter().zip(&exact).enumerate() {
                     assert!(
                         (*got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
@@ -209,6 +242,30 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A long batch is split into tasks by weight groups and by activation rows
+/// (`linear::SPLIT_ROWS`); every row must still come out with the bits it has alone, for
+/// row counts that split evenly, unevenly and not at all.
+#[test]
+fn a_long_batch_split_by_rows_gives_each_row_its_bits_alone() {
+    let (rows, cols) = (80, 256);
+    let (bytes, _) = quantised::<BlockQ5_0>(rows, cols);
+    let w = crate::QLinear::new(GgmlDType::Q5_0, &bytes, rows, cols).expect("a matrix");
+    for n in [95, 96, 150, 301] {
+        let x = noise(n * cols, n as u32);
+        let mut y = vec![f32::NAN; n * rows];
+        w.matmul(&x, n, &mut y);
+        for (i, (xi, yi)) in x.chunks_exact(cols).zip(y.chunks_exact(rows)).enumerate() {
+            let mut alone = vec![f32::NAN; rows];
+            w.matmul(xi, 1, &mut alone);
+            let same = alone
+                .iter()
+                .zip(yi)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{n} rows: row {i} differs from the row alone");
         }
     }
 }

@@ -160,8 +160,11 @@ impl Attention {
             tiles.push((i, t));
             i += t;
         }
+        // The last tiles of a prompt reach the most positions: handed out first, they do
+        // not leave one thread working alone at the end of the region.
         let items: Vec<(usize, usize, usize)> = tiles
             .iter()
+            .rev()
             .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
             .collect();
         let one = |scores: &mut Vec<f32>, &(i0, t, kvh): &(usize, usize, usize)| {
