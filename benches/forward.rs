@@ -64,6 +64,9 @@ fn main() {
         m.forward(&mut kv, &rows, &[127]);
     }
     let want: Vec<usize> = (0..slots).collect();
+    // One logits buffer for every step, as the engine keeps one (a fresh 32 MB buffer a
+    // step would time the kernel's page faults).
+    let mut logits = Vec::new();
     let t = Instant::now();
     for p in 128..256 {
         let rows: Vec<TokenRow> = (0..slots)
@@ -73,7 +76,7 @@ fn main() {
                 pos: p,
             })
             .collect();
-        m.forward(&mut kv, &rows, &want);
+        m.forward_into(&mut kv, &rows, &want, &mut logits);
     }
     println!(
         "{slots} slots: {:.2} ms/step",

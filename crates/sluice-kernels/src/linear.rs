@@ -63,6 +63,10 @@ const TILE_ROWS: usize = 16;
 /// row tile: 4 and 6 on AVX2, 8 on AVX-512).
 const SPLIT_ROWS: usize = 48;
 
+/// Multiply-adds a matmul task takes at most, unless that makes fewer than 4 tasks a
+/// thread: about 50-100 µs, against about a µs to hand a task out.
+const TASK_WORK: usize = 1 << 22;
+
 /// A source of weight rows: some quantised block format or plain f32.
 trait RowSource: Send + Sync {
     /// Writes row `r` as f32 into `out` (length = number of columns).
@@ -275,8 +279,6 @@ impl QLinear {
             assert_eq!(y.len(), n * w.rows, "output shape");
         }
         let acts = input.acts(outs[0].0.cols);
-        let total: usize = packed.iter().map(|p| p.groups()).sum();
-        let per_task = total.div_ceil(crate::threads::threads() * 4).max(1);
         // A long batch (a prompt) is also split by activation rows, so that the tasks are
         // small and the threads finish together.
         let row_parts = if n >= 2 * SPLIT_ROWS {
@@ -284,6 +286,12 @@ impl QLinear {
         } else {
             1
         };
+        // At least 4 tasks a thread, and more for much work (an output head), so that no
+        // task is long enough to leave a thread waiting long for the last one.
+        let total: usize = packed.iter().map(|p| p.groups()).sum();
+        let work: usize = packed.iter().map(|p| p.rows() * p.cols()).sum::<usize>() * n;
+        let group_parts = (crate::threads::threads() * 4).max(work / TASK_WORK / row_parts);
+        let per_task = total.div_ceil(group_parts).max(1);
         let mut tasks = Vec::new();
         for (k, p) in packed.iter().enumerate() {
             let groups = p.groups();
