@@ -300,7 +300,12 @@ impl QLinear {
                 for r in 0..row_parts {
                     let part = Part {
                         groups: t * groups / parts..(t + 1) * groups / parts,
-                        rows: r * n / row_parts..(r + 1) * n / row_parts,
+                        // Whole `SPLIT_ROWS`, the last part taking the rest.
+                        rows: r * SPLIT_ROWS..if r + 1 == row_parts {
+                            n
+                        } else {
+                            (r + 1) * SPLIT_ROWS
+                        },
                     };
                     tasks.push((k, part));
                 }
