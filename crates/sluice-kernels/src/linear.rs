@@ -64,8 +64,9 @@ const TILE_ROWS: usize = 16;
 const SPLIT_ROWS: usize = 48;
 
 /// Multiply-adds a matmul task takes at most, unless that makes fewer than 4 tasks a
-/// thread: about 50-100 µs, against about a µs to hand a task out.
-const TASK_WORK: usize = 1 << 22;
+/// thread: 10-25 µs, against about a µs to hand a task out. (4M made the caller wait
+/// for the last task 2.1-2.7% of a 32-slot SmolLM2 step, 1M 1.5-1.9%: perf.)
+const TASK_WORK: usize = 1 << 20;
 
 /// A source of weight rows: some quantised block format or plain f32.
 trait RowSource: Send + Sync {
