@@ -3,7 +3,8 @@
 //! without it, which splits a decode step between the layers and the head.
 //!
 //! Then one decode step of 8 slots (`SLUICE_BENCH_SLOTS`) at positions 128..256 (a row and
-//! logits for each): the step of that many running streams. Last, the prefill of one 512-token prompt (logits for its
+//! logits for each): the step of that many running streams; and the same step without the
+//! head at positions 256..384. Last, the prefill of one 512-token prompt (logits for its
 //! last row only), `SLUICE_BENCH_PREFILLS` times (default 3).
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
@@ -80,6 +81,23 @@ fn main() {
     }
     println!(
         "{slots} slots: {:.2} ms/step",
+        t.elapsed().as_secs_f64() * 1000.0 / 128.0
+    );
+    // The same steps without the output head (at the next 128 positions, so attention
+    // reads a little more): the difference is the head's share of a step.
+    let t = Instant::now();
+    for p in 256..384 {
+        let rows: Vec<TokenRow> = (0..slots)
+            .map(|slot| TokenRow {
+                token: 7 + slot as u32,
+                slot,
+                pos: p,
+            })
+            .collect();
+        m.forward_into(&mut kv, &rows, &[], &mut logits);
+    }
+    println!(
+        "{slots} slots, head left out: {:.2} ms/step",
         t.elapsed().as_secs_f64() * 1000.0 / 128.0
     );
     let prefills: usize = std::env::var("SLUICE_BENCH_PREFILLS")
