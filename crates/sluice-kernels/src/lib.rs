@@ -41,7 +41,7 @@ pub use attention::{
     Attn, KEY_BLOCK, attend_group, attend_rows, exp_fast, key_index, rows_per_tile,
 };
 pub use linear::{Input, LinearError, QLinear};
-pub use packed::PackedMatrix;
+pub use packed::{PackedMatrix, Part};
 pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};
 pub use softmax::{bin_indices, exp_sum, exp_weights, max_value};
