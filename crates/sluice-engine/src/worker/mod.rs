@@ -152,11 +152,12 @@ impl Worker {
         let mut aborted = 0;
         if swap.mode == ReloadMode::Abort {
             for s in self.running.drain(..) {
-                s.tx.send(Event::Error(EngineError::Aborted));
+                // Counted before the client can see its end (as `Sequence::finish` does).
                 self.metrics
                     .requests
                     .with_label_values(&[s.req.route, "aborted"])
                     .inc();
+                s.tx.send(Event::Error(EngineError::Aborted));
                 aborted += 1;
             }
         }
@@ -195,11 +196,13 @@ impl Worker {
         let keep = |tx: &crate::handle::EventSender, submitted: Instant, route| {
             let gone = tx.is_closed();
             let expired = !gone && late(submitted);
-            if expired {
-                tx.send(Event::Error(EngineError::TimedOut(secs)));
-            }
+            // Counted before the error is sent: a client that has seen its request end
+            // then finds it in the metrics.
             if gone || expired {
                 count(route, if gone { "cancelled" } else { "timeout" });
+            }
+            if expired {
+                tx.send(Event::Error(EngineError::TimedOut(secs)));
             }
             !(gone || expired)
         };
@@ -211,11 +214,11 @@ impl Worker {
 
     /// Ends `s` with a grammar error.
     fn fail(&self, s: Sequence, why: String) {
-        s.tx.send(Event::Error(EngineError::Grammar(why)));
         self.metrics
             .requests
             .with_label_values(&[s.req.route, "grammar_error"])
             .inc();
+        s.tx.send(Event::Error(EngineError::Grammar(why)));
     }
 
     fn publish(&self) {
