@@ -68,38 +68,28 @@ fn main() {
     // One logits buffer for every step, as the engine keeps one (a fresh 32 MB buffer a
     // step would time the kernel's page faults).
     let mut logits = Vec::new();
-    let t = Instant::now();
-    for p in 128..256 {
-        let rows: Vec<TokenRow> = (0..slots)
-            .map(|slot| TokenRow {
-                token: 7 + slot as u32,
-                slot,
-                pos: p,
-            })
-            .collect();
-        m.forward_into(&mut kv, &rows, &want, &mut logits);
+    // The steps with every row's logits, then without the output head (at the next 128
+    // positions, so attention reads a little more): the difference is the head's share.
+    for (positions, want, label) in [
+        (128..256, &want[..], ""),
+        (256..384, &[], ", head left out"),
+    ] {
+        let t = Instant::now();
+        for p in positions {
+            let rows: Vec<TokenRow> = (0..slots)
+                .map(|slot| TokenRow {
+                    token: 7 + slot as u32,
+                    slot,
+                    pos: p,
+                })
+                .collect();
+            m.forward_into(&mut kv, &rows, want, &mut logits);
+        }
+        println!(
+            "{slots} slots{label}: {:.2} ms/step",
+            t.elapsed().as_secs_f64() * 1000.0 / 128.0
+        );
     }
-    println!(
-        "{slots} slots: {:.2} ms/step",
-        t.elapsed().as_secs_f64() * 1000.0 / 128.0
-    );
-    // The same steps without the output head (at the next 128 positions, so attention
-    // reads a little more): the difference is the head's share of a step.
-    let t = Instant::now();
-    for p in 256..384 {
-        let rows: Vec<TokenRow> = (0..slots)
-            .map(|slot| TokenRow {
-                token: 7 + slot as u32,
-                slot,
-                pos: p,
-            })
-            .collect();
-        m.forward_into(&mut kv, &rows, &[], &mut logits);
-    }
-    println!(
-        "{slots} slots, head left out: {:.2} ms/step",
-        t.elapsed().as_secs_f64() * 1000.0 / 128.0
-    );
     let prefills: usize = std::env::var("SLUICE_BENCH_PREFILLS")
         .ok()
         .and_then(|v| v.parse().ok())
