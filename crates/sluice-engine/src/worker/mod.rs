@@ -152,12 +152,13 @@ impl Worker {
         let mut aborted = 0;
         if swap.mode == ReloadMode::Abort {
             for s in self.running.drain(..) {
-                // Counted before the client can see its end (as `Sequence::finish` does).
-                self.metrics
-                    .requests
-                    .with_label_values(&[s.req.route, "aborted"])
-                    .inc();
-                s.tx.send(Event::Error(EngineError::Aborted));
+                end_with_error(
+                    &self.metrics,
+                    &s.tx,
+                    s.req.route,
+                    "aborted",
+                    EngineError::Aborted,
+                );
                 aborted += 1;
             }
         }
@@ -188,21 +189,16 @@ impl Worker {
     /// running ones give their slot back now. Requests past the deadline end with an error.
     fn drop_cancelled(&mut self) {
         let m = &self.metrics;
-        let count =
-            |route: &'static str, why: &str| m.requests.with_label_values(&[route, why]).inc();
         let timeout = self.config.request_timeout;
         let late = |since: Instant| timeout.is_some_and(|t| since.elapsed() > t);
         let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
         let keep = |tx: &crate::handle::EventSender, submitted: Instant, route| {
             let gone = tx.is_closed();
             let expired = !gone && late(submitted);
-            // Counted before the error is sent: a client that has seen its request end
-            // then finds it in the metrics.
-            if gone || expired {
-                count(route, if gone { "cancelled" } else { "timeout" });
-            }
-            if expired {
-                tx.send(Event::Error(EngineError::TimedOut(secs)));
+            if gone {
+                m.requests.with_label_values(&[route, "cancelled"]).inc();
+            } else if expired {
+                end_with_error(m, tx, route, "timeout", EngineError::TimedOut(secs));
             }
             !(gone || expired)
         };
@@ -214,11 +210,13 @@ impl Worker {
 
     /// Ends `s` with a grammar error.
     fn fail(&self, s: Sequence, why: String) {
-        self.metrics
-            .requests
-            .with_label_values(&[s.req.route, "grammar_error"])
-            .inc();
-        s.tx.send(Event::Error(EngineError::Grammar(why)));
+        end_with_error(
+            &self.metrics,
+            &s.tx,
+            s.req.route,
+            "grammar_error",
+            EngineError::Grammar(why),
+        );
     }
 
     fn publish(&self) {
@@ -234,4 +232,18 @@ impl Worker {
         m.kv_usage
             .set(live as f64 / (self.config.slots * self.config.context) as f64);
     }
+}
+
+/// Ends a request with `err`, counted under `reason` first: a client that has seen its
+/// request end then finds it in the metrics (as `Sequence::finish` counts before its
+/// final event).
+fn end_with_error(
+    m: &Metrics,
+    tx: &crate::handle::EventSender,
+    route: &'static str,
+    reason: &str,
+    err: EngineError,
+) {
+    m.requests.with_label_values(&[route, reason]).inc();
+    tx.send(Event::Error(err));
 }
