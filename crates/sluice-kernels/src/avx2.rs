@@ -242,18 +242,9 @@ unsafe fn run256<
         let end = part.rows.end;
         for g in part.groups.clone() {
             let mut i = part.rows.start;
-            // 5-bit quants keep a 32-bit sum per row besides the 16-bit run (runs of 4
-            // chunks): 4 rows fit the registers, 6 spill (45% slower, benches/kernels).
-            if BITS == 5 {
-                while i + 4 <= end {
-                    tile!(4, g, i);
-                    i += 4;
-                }
-            } else {
-                while i + ROWS256 <= end {
-                    tile!(6, g, i);
-                    i += ROWS256;
-                }
+            while i + ROWS256 <= end {
+                tile!(6, g, i);
+                i += ROWS256;
             }
             // The rest in one narrower tile (each row's sums are the same in any tile).
             match end - i {
