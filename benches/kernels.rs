@@ -9,6 +9,7 @@
 //! machine's read bandwidth, which bounds every single-row (decode) figure, and on x86 the
 //! rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
 //! AVX-512 VNNI, alone and with the float epilogue that scales every block of 32 weights.
+//! Last, decode attention of one query group for two head shapes.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -103,6 +104,53 @@ fn run() {
                 per * 1e6,
                 bytes.len() as f64 / per / 1e9,
                 (n * out * cols) as f64 / per / 1e9
+            );
+        }
+    }
+    attention_table();
+}
+
+/// Decode attention: one query group (one row's heads sharing a KV head) over `len` f16
+/// keys and values, on one thread, for the head shapes of SmolLM2 (64 x 3) and Gemma 3
+/// (256 x 4). Multiply-adds counted: scores and weighted sums, `2 · g · hd · len`.
+fn attention_table() {
+    use half::f16;
+    use sluice_kernels::{Attn, attend_group, noise};
+    println!("| attention (hd x heads) | positions | us/call | GMAC/s |");
+    println!("|---|---:|---:|---:|");
+    for (hd, g) in [(64usize, 3usize), (256, 4)] {
+        for len in [300usize, 1000] {
+            let stride = 1024;
+            let q = noise(g * hd, 1);
+            let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+            let keys_t = halves(noise(hd * stride, 2));
+            let values = halves(noise(stride * hd, 3));
+            let a = Attn {
+                q: &q,
+                hd,
+                keys_t: &keys_t,
+                stride,
+                values: &values[..len * hd],
+                scale: 0.125,
+                start: 0,
+                softcap: None,
+            };
+            let (mut out, mut scores) = (vec![0f32; g * hd], Vec::new());
+            let per = (0..5)
+                .map(|_| {
+                    let start = Instant::now();
+                    let mut calls = 0u32;
+                    while start.elapsed().as_secs_f64() < 0.1 {
+                        attend_group(&a, &mut scores, &mut out);
+                        calls += 1;
+                    }
+                    start.elapsed().as_secs_f64() / calls as f64
+                })
+                .fold(f64::INFINITY, f64::min);
+            println!(
+                "| {hd} x {g} | {len} | {:.2} | {:.1} |",
+                per * 1e6,
+                (2 * g * hd * len) as f64 / per / 1e9
             );
         }
     }

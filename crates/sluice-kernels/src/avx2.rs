@@ -334,34 +334,53 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                 };
             }
         }
+        // Scores over 16 positions at a time (two key vectors per broadcast query: 8
+        // independent FMA chains, where 4 would wait on the FMA latency), the last 8
+        // alone when the range is not a multiple of 16. Each score is still one FMA
+        // chain over d, so the numbers do not depend on the pairing.
         let mut p = p0;
         while p < p1 {
-            // SAFETY: p + 8 <= p1 <= stride, so the 8 keys of every dimension d < hd (in
-            // key block p / 16) are inside `keys_t`; `qs` has hd * H values; `scores`
-            // has H * lp room from row h0.
+            let two = p + 16 <= p1;
+            // SAFETY: p + 8 (p + 16 when `two`) <= p1 <= stride, so the 8 keys of every
+            // dimension d < hd at p (and at p + 8 when `two`) are inside `keys_t`; `qs`
+            // has hd * H values; `scores` has H * lp room from row h0, and these stores
+            // end at p - p0 + 16 <= lp (p - p0 + 8 when not `two`).
             unsafe {
                 if h0 == 0 {
                     // Ask for the values of these positions now: the weighted sum reads
                     // them after all the scores, and a decode step finds them in memory,
                     // not in cache (the weights streamed through since the last step).
-                    prefetch_values(vp, p.max(start) * hd, (p + 8).min(end) * hd);
+                    let step = if two { 16 } else { 8 };
+                    prefetch_values(vp, p.max(start) * hd, (p + step).min(end) * hd);
                 }
-                let mut acc = [_mm256_setzero_ps(); H];
-                // p is a multiple of 8: its 8 keys of a dimension are in one block.
-                let kb = kp.add(key_index(hd, 0, p));
+                let mut acc = [[_mm256_setzero_ps(); 2]; H];
+                // p is a multiple of 8: positions p.. and p + 8.. each lie in one block.
+                let kb0 = kp.add(key_index(hd, 0, p));
+                let kb1 = kp.wrapping_add(key_index(hd, 0, p + 8));
                 for d in 0..hd {
-                    let k =
-                        _mm256_cvtph_ps(_mm_loadu_si128(kb.add(d * KEY_BLOCK) as *const __m128i));
+                    let k0 =
+                        _mm256_cvtph_ps(_mm_loadu_si128(kb0.add(d * KEY_BLOCK) as *const __m128i));
+                    let k1 = if two {
+                        _mm256_cvtph_ps(_mm_loadu_si128(kb1.add(d * KEY_BLOCK) as *const __m128i))
+                    } else {
+                        k0
+                    };
                     let qd = qs.as_ptr().add(d * H);
                     for (h, acc) in acc.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qd.add(h)), k, *acc);
+                        let w = _mm256_broadcast_ss(&*qd.add(h));
+                        acc[0] = _mm256_fmadd_ps(w, k0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(w, k1, acc[1]);
                     }
                 }
                 for (h, acc) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p - p0), *acc);
+                    let o = scores.as_mut_ptr().add((h0 + h) * lp + p - p0);
+                    _mm256_storeu_ps(o, acc[0]);
+                    if two {
+                        _mm256_storeu_ps(o.add(8), acc[1]);
+                    }
                 }
             }
-            p += 8;
+            p += if two { 16 } else { 8 };
         }
         let mut inv = [0f32; H];
         for (h, inv) in inv.iter_mut().enumerate().take(gh) {
