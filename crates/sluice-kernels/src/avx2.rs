@@ -293,7 +293,7 @@ pub(crate) unsafe fn packed_groups(
     }
 }
 
-/// Attention: 8 positions' scores at a time for up to 4 heads (one f16 key row load feeds
+/// Attention: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
 /// every head of the group), soft-cap and softmax over the window, then the values in
 /// 16-wide column strips. The sums run in the order of `attention::attend_body`.
 #[target_feature(enable = "avx2,fma,f16c")]
