@@ -86,19 +86,7 @@ fn run() {
             let mut y = vec![0f32; n * out];
             let input = Input::new(&x, n);
             lin.matmul_input(&input, &mut y);
-            // The best of five 0.1 s runs: this figure is about the kernel, not the host's
-            // noise.
-            let per = (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    let mut calls = 0u32;
-                    while start.elapsed().as_secs_f64() < 0.1 {
-                        lin.matmul_input(&input, &mut y);
-                        calls += 1;
-                    }
-                    start.elapsed().as_secs_f64() / calls as f64
-                })
-                .fold(f64::INFINITY, f64::min);
+            let per = seconds_per_call(|| lin.matmul_input(&input, &mut y));
             println!(
                 "| {name} | {ty} | {out} x {cols} | {n} | {:.1} | {:.1} | {:.1} |",
                 per * 1e6,
@@ -118,13 +106,13 @@ fn attention_table() {
     use sluice_kernels::{Attn, attend_group, noise};
     println!("| attention (hd x heads) | positions | us/call | GMAC/s |");
     println!("|---|---:|---:|---:|");
+    let stride = 1024;
+    let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
     for (hd, g) in [(64usize, 3usize), (256, 4)] {
+        let q = noise(g * hd, 1);
+        let keys_t = halves(noise(hd * stride, 2));
+        let values = halves(noise(stride * hd, 3));
         for len in [300usize, 1000] {
-            let stride = 1024;
-            let q = noise(g * hd, 1);
-            let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
-            let keys_t = halves(noise(hd * stride, 2));
-            let values = halves(noise(stride * hd, 3));
             let a = Attn {
                 q: &q,
                 hd,
@@ -136,17 +124,7 @@ fn attention_table() {
                 softcap: None,
             };
             let (mut out, mut scores) = (vec![0f32; g * hd], Vec::new());
-            let per = (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    let mut calls = 0u32;
-                    while start.elapsed().as_secs_f64() < 0.1 {
-                        attend_group(&a, &mut scores, &mut out);
-                        calls += 1;
-                    }
-                    start.elapsed().as_secs_f64() / calls as f64
-                })
-                .fold(f64::INFINITY, f64::min);
+            let per = seconds_per_call(|| attend_group(&a, &mut scores, &mut out));
             println!(
                 "| {hd} x {g} | {len} | {:.2} | {:.1} |",
                 per * 1e6,
@@ -154,6 +132,22 @@ fn attention_table() {
             );
         }
     }
+}
+
+/// Seconds per call of `f`: the best of five 0.1 s runs, so that the figure is about the
+/// kernel, not the host's noise.
+fn seconds_per_call(mut f: impl FnMut()) -> f64 {
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let mut calls = 0u32;
+            while start.elapsed().as_secs_f64() < 0.1 {
+                f();
+                calls += 1;
+            }
+            start.elapsed().as_secs_f64() / calls as f64
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// GB/s of summing a 256 MB buffer on every compute thread (best of 5).
