@@ -99,7 +99,8 @@ async fn client(
         let start = Instant::now();
         let resp = match http.post(format!("{base}{path}")).json(&body).send().await {
             Ok(r) => r,
-            Err(_) => {
+            Err(e) => {
+                eprintln!("request failed: {e}");
                 tally.errors.fetch_add(1, Ordering::SeqCst);
                 continue;
             }
@@ -121,7 +122,10 @@ async fn client(
             }
             match resp.json::<Value>().await {
                 Ok(v) if v["choices"].is_array() => tally.served.fetch_add(1, Ordering::SeqCst),
-                _ => tally.errors.fetch_add(1, Ordering::SeqCst),
+                other => {
+                    eprintln!("not an answer: {other:?}");
+                    tally.errors.fetch_add(1, Ordering::SeqCst)
+                }
             };
             continue;
         }
@@ -134,9 +138,13 @@ async fn client(
         };
         let mut chunks = 0;
         while let Some(c) = s.next().await {
-            let Ok(c) = c else {
-                failed = true;
-                break;
+            let c = match c {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("stream broke after {chunks} events: {e}");
+                    failed = true;
+                    break;
+                }
             };
             buf.push_str(&String::from_utf8_lossy(&c));
             while let Some(end) = buf.find("\n\n") {
@@ -150,6 +158,7 @@ async fn client(
                 }
                 chunks += 1;
                 if data.contains("\"error\"") {
+                    eprintln!("error event: {data}");
                     failed = true;
                 }
                 let has_text = data.contains("\"text\":\"") && !data.contains("\"text\":\"\"")
@@ -168,6 +177,9 @@ async fn client(
             tally.served.fetch_add(1, Ordering::SeqCst);
             ttfts.extend(first);
         } else {
+            if !done {
+                eprintln!("stream ended without [DONE] after {chunks} events");
+            }
             tally.errors.fetch_add(1, Ordering::SeqCst);
         }
     }
