@@ -9,7 +9,8 @@
 //! machine's read bandwidth, which bounds every single-row (decode) figure, and on x86 the
 //! rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
 //! AVX-512 VNNI, alone and with the float epilogue that scales every block of 32 weights.
-//! Last, decode attention of one query group for two head shapes.
+//! Last, decode attention of one query group for two head shapes, from L1, and a whole
+//! 32-stream step's decode attention over a KV slab, from memory.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -96,6 +97,63 @@ fn run() {
         }
     }
     attention_table();
+    slab_attention_table();
+}
+
+/// Decode attention as a step of 32 streams meets it: every layer's query groups of 32
+/// slots over their live positions in a real KV slab, on the compute threads, so the keys
+/// and values come from memory (the slab is far larger than any cache), not from L1 as in
+/// `attention_table`. Milliseconds per step for two model shapes.
+fn slab_attention_table() {
+    use sluice::engine::kv::KvSlab;
+    use sluice_kernels::{Attn, attend_group, noise};
+    println!(
+        "| slab attention (layers x slots x kv heads, hd x g) | positions | ms/step | GMAC/s |"
+    );
+    println!("|---|---:|---:|---:|");
+    let slots = 32;
+    for (layers, kvh, hd, g) in [(30usize, 3usize, 64usize, 3usize), (18, 1, 256, 4)] {
+        let mut kv = KvSlab::new(layers, kvh, hd, slots, 1024);
+        let (k, v) = (noise(kvh * hd, 2), noise(kvh * hd, 3));
+        let q = noise(g * kvh * hd, 1);
+        let len = 192;
+        for layer in 0..layers {
+            for slot in 0..slots {
+                for pos in 0..len {
+                    kv.write(layer, slot, pos, &k, &v);
+                }
+            }
+        }
+        let step = || {
+            for layer in 0..layers {
+                let kv = &kv;
+                let q = &q;
+                sluice_kernels::threads::for_each(slots * kvh, |i| {
+                    let (slot, h) = (i / kvh, i % kvh);
+                    let (keys_t, values) = kv.read(layer, slot, h, len);
+                    let a = Attn {
+                        q: &q[h * g * hd..(h + 1) * g * hd],
+                        hd,
+                        keys_t,
+                        stride: kv.stride,
+                        values,
+                        scale: 0.125,
+                        start: 0,
+                        softcap: None,
+                    };
+                    let mut out = vec![0f32; g * hd];
+                    attend_group(&a, &mut Vec::new(), &mut out);
+                    std::hint::black_box(&out);
+                });
+            }
+        };
+        let per = seconds_per_call(step);
+        println!(
+            "| {layers} x {slots} x {kvh}, {hd} x {g} | {len} | {:.2} | {:.1} |",
+            per * 1e3,
+            (2 * layers * slots * kvh * g * hd * len) as f64 / per / 1e9
+        );
+    }
 }
 
 /// Decode attention: one query group (one row's heads sharing a KV head) over `len` f16

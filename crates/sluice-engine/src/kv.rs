@@ -5,7 +5,10 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use sluice_kernels::threads::Chunks;
 use sluice_kernels::{KEY_BLOCK, key_index};
+
+use crate::model::TokenRow;
 
 /// `n` f16 zeros on fresh anonymous pages, which the OS backs only when first written: an
 /// idle slab costs address space, not memory. (A heap allocation, even a zeroed one, may
@@ -102,19 +105,65 @@ impl KvSlab {
 
     /// Writes one position's keys and values (all KV heads, concatenated) for a layer.
     pub fn write(&mut self, layer: usize, slot: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (hd, stride) = (self.head_dim, self.stride);
-        for h in 0..self.kv_heads {
-            let base = self.offset(slot, h, 0);
-            let keys = &mut self.keys[layer][base..base + hd * stride];
-            let mut kh = [f16::ZERO; 256];
-            let kh = &mut kh[..hd];
-            kh.convert_from_f32_slice(&k[h * hd..(h + 1) * hd]);
-            for (d, kd) in kh.iter().enumerate() {
-                keys[key_index(hd, d, pos)] = *kd;
+        let n = self.per_slot();
+        let (keys, values) = (&mut self.keys[layer], &mut self.values[layer]);
+        let at = slot * n..(slot + 1) * n;
+        write_position(
+            (&mut keys[at.clone()], &mut values[at]),
+            (self.kv_heads, self.head_dim, self.stride),
+            pos,
+            k,
+            v,
+        );
+    }
+
+    /// Writes the keys and values of every row of a step for a layer (`k`, `v`: one row of
+    /// all KV heads per row of `rows`), slots in parallel. A decode step's writes each miss
+    /// the cache (a position's transposed keys span `head_dim` 32-byte runs of its block),
+    /// so 32 streams' writes take as long as a small matmul when done one after another.
+    pub fn write_rows(&mut self, layer: usize, rows: &[TokenRow], k: &[f32], v: &[f32]) {
+        let (shape, n) = ((self.kv_heads, self.head_dim, self.stride), self.per_slot());
+        let width = self.kv_heads * self.head_dim;
+        // Row indices by slot: each task owns one slot's region of the layer.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i].slot);
+        let groups: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| rows[a].slot == rows[b].slot)
+            .collect();
+        let keys = Chunks::new(&mut self.keys[layer][..], n);
+        let values = Chunks::new(&mut self.values[layer][..], n);
+        let one = |g: usize| {
+            let slot = rows[groups[g][0]].slot;
+            // SAFETY: `groups` holds each slot once, so no other task takes its chunks.
+            let region = unsafe { (keys.get(slot), values.get(slot)) };
+            // A decode row's writes all miss: every line they touch is asked for first,
+            // so that the misses overlap instead of queueing behind one another in the
+            // store buffer. (A prompt's rows fill consecutive positions of a block.)
+            let (kvh, hd, stride) = shape;
+            if let &[i] = groups[g] {
+                let pos = rows[i].pos;
+                for h in 0..kvh {
+                    let b = h * stride * hd + key_index(hd, 0, pos / KEY_BLOCK * KEY_BLOCK);
+                    sluice_kernels::prefetch(&region.0[b..b + hd * KEY_BLOCK]);
+                    let o = (h * stride + pos) * hd;
+                    sluice_kernels::prefetch(&region.1[o..o + hd]);
+                }
             }
-            let o = self.offset(slot, h, pos);
-            self.values[layer][o..o + hd].convert_from_f32_slice(&v[h * hd..(h + 1) * hd]);
+            for &i in groups[g] {
+                let (k, v) = (&k[i * width..][..width], &v[i * width..][..width]);
+                write_position((&mut *region.0, &mut *region.1), shape, rows[i].pos, k, v);
+            }
+        };
+        if groups.len() < 4 {
+            (0..groups.len()).for_each(one);
+        } else {
+            sluice_kernels::threads::for_each(groups.len(), one);
         }
+    }
+
+    /// Elements of one slot's keys (or values) in a layer.
+    fn per_slot(&self) -> usize {
+        self.kv_heads * self.stride * self.head_dim
     }
 
     /// One slot and head: its transposed keys (`stride` positions in the block layout
@@ -155,9 +204,80 @@ impl KvSlab {
     }
 }
 
+/// Writes position `pos` of one slot's keys and values (`region`: the slot's part of a
+/// layer, `[kv_heads][stride * head_dim]` each) from `k` and `v` (all KV heads).
+fn write_position(
+    region: (&mut [f16], &mut [f16]),
+    (kv_heads, hd, stride): (usize, usize, usize),
+    pos: usize,
+    k: &[f32],
+    v: &[f32],
+) {
+    let (keys, values) = region;
+    for h in 0..kv_heads {
+        let keys = &mut keys[h * stride * hd..(h + 1) * stride * hd];
+        let mut kh = [f16::ZERO; 256];
+        let kh = &mut kh[..hd];
+        kh.convert_from_f32_slice(&k[h * hd..(h + 1) * hd]);
+        for (d, kd) in kh.iter().enumerate() {
+            keys[key_index(hd, d, pos)] = *kd;
+        }
+        let o = (h * stride + pos) * hd;
+        values[o..o + hd].convert_from_f32_slice(&v[h * hd..(h + 1) * hd]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_write_equals_each_row_written_alone() {
+        // Decode rows of six slots in no order (enough to run in parallel), then a
+        // prompt's rows of one more slot crossing a key block, every element distinct.
+        let (kvh, hd, context) = (2, 8, 40);
+        let mut rows: Vec<TokenRow> = [5, 0, 3, 1, 6, 2]
+            .iter()
+            .map(|&slot| TokenRow {
+                token: 0,
+                slot,
+                pos: 3 * slot + 1,
+            })
+            .collect();
+        rows.extend((14..19).map(|pos| TokenRow {
+            token: 0,
+            slot: 4,
+            pos,
+        }));
+        let width = kvh * hd;
+        let k: Vec<f32> = (0..rows.len() * width).map(|i| i as f32).collect();
+        let v: Vec<f32> = k.iter().map(|x| -x - 1.0).collect();
+        let (mut batch, mut alone) = (
+            KvSlab::new(2, kvh, hd, 7, context),
+            KvSlab::new(2, kvh, hd, 7, context),
+        );
+        batch.write_rows(1, &rows, &k, &v);
+        for (i, r) in rows.iter().enumerate() {
+            let at = i * width..(i + 1) * width;
+            alone.write(1, r.slot, r.pos, &k[at.clone()], &v[at]);
+        }
+        for layer in 0..2 {
+            for slot in 0..7 {
+                for h in 0..kvh {
+                    let (a, b) = (
+                        batch.read(layer, slot, h, context),
+                        alone.read(layer, slot, h, context),
+                    );
+                    assert_eq!(a, b, "layer {layer} slot {slot} head {h}");
+                }
+            }
+        }
+        let (k4, _) = batch.read(1, 4, 1, context);
+        assert_eq!(
+            k4[key_index(hd, 3, 16)].to_f32(),
+            (8 * width + hd + 3) as f32
+        );
+    }
 
     #[test]
     fn copy_prefix_copies_only_the_prefix_of_every_layer_and_head() {

@@ -2,6 +2,7 @@
 //! RoPE, the KV slab write, attention over the slot's live positions (optional sliding
 //! window and logit soft-capping, any head size), and the output projection.
 
+use sluice_kernels::threads::Chunks;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
@@ -11,6 +12,10 @@ use super::TokenRow;
 /// shortest rows stay serial; 256 rather than 2,048 made a single SmolLM2 stream's decode
 /// step 4–6% faster at positions 64..256 (benches/forward).
 const SERIAL_WORK: usize = 256;
+
+/// Rows from which RoPE runs in parallel (a parallel region costs about a microsecond;
+/// one row's rotation less).
+const PARALLEL_ROWS: usize = 8;
 use super::blocks::{RmsNorm, Rope};
 use crate::kv::KvSlab;
 
@@ -97,8 +102,6 @@ impl Attention {
         s: &mut AttnScratch,
     ) {
         let n = rows.len();
-        let hd = self.head_dim;
-        let (q_dim, kv_dim) = (self.n_heads * hd, self.n_kv_heads * hd);
         let input = Input::new(h, n);
         QLinear::matmul_many(
             &input,
@@ -117,20 +120,8 @@ impl Attention {
             qn.rows_in_place(&mut s.q);
             kn.rows_in_place(&mut s.k);
         }
-        let half = self.rope.pairs();
-        for (i, r) in rows.iter().enumerate() {
-            let t = &cs[i * half..(i + 1) * half];
-            self.rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, t);
-            self.rope
-                .apply(&mut s.k[i * kv_dim..(i + 1) * kv_dim], hd, t);
-            kv.write(
-                layer,
-                r.slot,
-                r.pos,
-                &s.k[i * kv_dim..(i + 1) * kv_dim],
-                &s.v[i * kv_dim..(i + 1) * kv_dim],
-            );
-        }
+        self.rotate(cs, n, &mut s.q, &mut s.k);
+        kv.write_rows(layer, rows, &s.k, &s.v);
         self.attend(kv, layer, rows, &s.q, &mut s.att);
         self.wo.matmul(&s.att, n, &mut s.out);
     }
@@ -139,6 +130,27 @@ impl Attention {
     /// positions `0..=pos` (the last `window` of them for sliding-window layers).
     /// Consecutive rows of one slot (a prompt chunk) are taken in tiles that read each
     /// key and value once for the whole tile; a row's output is the same in any tile.
+    /// RoPE on every row's queries and keys, rows in parallel for a batch.
+    fn rotate(&self, cs: &[(f32, f32)], n: usize, q: &mut [f32], k: &mut [f32]) {
+        let (hd, half) = (self.head_dim, self.rope.pairs());
+        let (qc, kc) = (
+            Chunks::new(q, self.n_heads * hd),
+            Chunks::new(k, self.n_kv_heads * hd),
+        );
+        let one = |i: usize| {
+            let t = &cs[i * half..(i + 1) * half];
+            // SAFETY: task `i` alone takes row `i` of each.
+            let (q, k) = unsafe { (qc.get(i), kc.get(i)) };
+            self.rope.apply(q, hd, t);
+            self.rope.apply(k, hd, t);
+        };
+        if n < PARALLEL_ROWS {
+            (0..n).for_each(one);
+        } else {
+            sluice_kernels::threads::for_each(n, one);
+        }
+    }
+
     fn attend(&self, kv: &KvSlab, layer: usize, rows: &[TokenRow], q: &[f32], out: &mut [f32]) {
         let hd = self.head_dim;
         let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);

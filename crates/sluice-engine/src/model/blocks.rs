@@ -37,22 +37,53 @@ impl RmsNorm {
         }
     }
 
-    /// Normalises every row of `x` (rows of `dim()`) into `out`.
+    /// Normalises every row of `x` (rows of `dim()`) into `out`, a batch's rows in
+    /// parallel.
     pub fn rows(&self, x: &[f32], out: &mut [f32]) {
         let dim = self.dim();
-        for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-            self.row(xr, or);
+        let per = rows_per_task(dim) * dim;
+        let run = |i: usize, out: &mut [f32]| {
+            for (xr, or) in x[i * per..]
+                .chunks_exact(dim)
+                .zip(out.chunks_exact_mut(dim))
+            {
+                self.row(xr, or);
+            }
+        };
+        if out.len() <= per {
+            run(0, out);
+        } else {
+            sluice_kernels::threads::for_each_chunk(out, per, run);
         }
     }
 
-    /// Normalises every row in place.
+    /// Normalises every row in place, a batch's rows in parallel.
     pub fn rows_in_place(&self, x: &mut [f32]) {
-        let mut tmp = vec![0f32; self.dim()];
-        for xr in x.chunks_exact_mut(self.dim()) {
-            self.row(xr, &mut tmp);
-            xr.copy_from_slice(&tmp);
+        let dim = self.dim();
+        let per = rows_per_task(dim) * dim;
+        let run = |_: usize, x: &mut [f32]| {
+            let mut tmp = vec![0f32; dim];
+            for xr in x.chunks_exact_mut(dim) {
+                self.row(xr, &mut tmp);
+                xr.copy_from_slice(&tmp);
+            }
+        };
+        if x.len() <= per {
+            run(0, x);
+        } else {
+            sluice_kernels::threads::for_each_chunk(x, per, run);
         }
     }
+}
+
+/// Elements below which a row-wise pass (norms, residual adds) is not worth a parallel
+/// region (about a microsecond, `sluice_kernels::threads`): a task takes whole rows of
+/// about this many elements.
+const TASK_ELEMENTS: usize = 4096;
+
+/// Rows of `dim` elements per task of a row-wise pass.
+pub fn rows_per_task(dim: usize) -> usize {
+    (TASK_ELEMENTS / dim.max(1)).max(1)
 }
 
 /// Which dimensions RoPE rotates together.

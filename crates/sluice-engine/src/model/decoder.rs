@@ -10,9 +10,10 @@
 //! pass").
 
 use sluice_kernels::QLinear;
+use sluice_kernels::threads::Chunks;
 
 use super::attention::{Attention, AttentionOptions};
-use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle};
+use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle, rows_per_task};
 use super::hparams::Hparams;
 use super::tensors::{matrix, optional_matrix};
 use super::{Model, Shape, TokenRow};
@@ -111,9 +112,27 @@ impl Model for Decoder {
     }
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+/// The residual connection, `x += y`, then `h = norm(x)` when the next block has an input
+/// norm, row by row, a batch's rows in parallel.
+fn residual(x: &mut [f32], y: &[f32], norm: Option<&RmsNorm>, h: &mut [f32], dim: usize) {
+    let per = rows_per_task(dim) * dim;
+    let (xs, hs) = (Chunks::new(x, per), Chunks::new(h, per));
+    let run = |i: usize| {
+        // SAFETY: task `i` alone takes chunk `i` of each.
+        let (x, h) = unsafe { (xs.get(i), hs.get(i)) };
+        for (a, b) in x.iter_mut().zip(&y[i * per..]) {
+            *a += b;
+        }
+        if let Some(norm) = norm {
+            for (xr, hr) in x.chunks_exact(dim).zip(h.chunks_exact_mut(dim)) {
+                norm.row(xr, hr);
+            }
+        }
+    };
+    if xs.count() < 2 {
+        (0..xs.count()).for_each(run);
+    } else {
+        sluice_kernels::threads::for_each(xs.count(), run);
     }
 }
 
@@ -153,18 +172,21 @@ impl Decoder {
                     tables.len() - 1
                 }
             };
-            layer.attn_norm.rows(&x, &mut h);
+            if l == 0 {
+                layer.attn_norm.rows(&x, &mut h);
+            }
             layer.attn.forward(kv, l, rows, &tables[t].1, &h, &mut attn);
             if let Some(norm) = &layer.post_attn_norm {
                 norm.rows_in_place(&mut attn.out);
             }
-            add(&mut x, &attn.out);
-            layer.ffn_norm.rows(&x, &mut h);
+            residual(&mut x, &attn.out, Some(&layer.ffn_norm), &mut h, dim);
             layer.mlp.forward(&h, n, &mut mlp, &mut mlp_out);
             if let Some(norm) = &layer.post_ffn_norm {
                 norm.rows_in_place(&mut mlp_out);
             }
-            add(&mut x, &mlp_out);
+            // The next layer's input norm, in the same pass.
+            let next = self.layers.get(l + 1).map(|next| &next.attn_norm);
+            residual(&mut x, &mlp_out, next, &mut h, dim);
         }
         let m = want.len();
         let mut last = vec![0f32; m * dim];
