@@ -13,6 +13,18 @@ use super::TokenRow;
 /// step 4–6% faster at positions 64..256 (benches/forward).
 const SERIAL_WORK: usize = 256;
 
+/// A compute thread's attention buffers, kept from call to call: the scores, and a tile
+/// of prompt rows' outputs.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    tile: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 /// Rows from which RoPE runs in parallel (a parallel region costs about a microsecond;
 /// one row's rotation less).
 const PARALLEL_ROWS: usize = 8;
@@ -102,6 +114,8 @@ impl Attention {
         s: &mut AttnScratch,
     ) {
         let n = rows.len();
+        // The lines this layer's KV writes will touch, fetched while the matmuls run.
+        kv.prefetch_rows(layer, rows);
         let input = Input::new(h, n);
         QLinear::matmul_many(
             &input,
@@ -179,42 +193,49 @@ impl Attention {
             .rev()
             .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
             .collect();
-        let one = |scores: &mut Vec<f32>, &(i0, t, kvh): &(usize, usize, usize)| {
-            let tile: Vec<Attn> = (i0..i0 + t)
-                .map(|i| {
-                    let r = rows[i];
-                    let len = r.pos + 1;
-                    let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
-                    Attn {
-                        q: &q[(i * heads + kvh * group) * hd..][..group * hd],
-                        hd,
-                        keys_t,
-                        stride: kv.stride,
-                        values,
-                        scale,
-                        start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
-                        softcap: self.options.softcap,
-                    }
-                })
-                .collect();
-            let mut o = vec![0f32; t * group * hd];
-            attend_rows(&tile, scores, &mut o);
-            o
+        // Each (row, KV head) has its own `group * hd` run of `out`, and each item's
+        // rows are its own: items write their runs in place.
+        let runs = Chunks::new(out, group * hd);
+        let one = |scratch: &mut Scratch, &(i0, t, kvh): &(usize, usize, usize)| {
+            let attn = |i: usize| {
+                let r = rows[i];
+                let len = r.pos + 1;
+                let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
+                Attn {
+                    q: &q[(i * heads + kvh * group) * hd..][..group * hd],
+                    hd,
+                    keys_t,
+                    stride: kv.stride,
+                    values,
+                    scale,
+                    start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
+                    softcap: self.options.softcap,
+                }
+            };
+            let run = |i: usize| {
+                // SAFETY: no two items share a (row, KV head), so no two tasks share a run.
+                unsafe { runs.get(i * kv_heads + kvh) }
+            };
+            if t == 1 {
+                attend_rows(&[attn(i0)], &mut scratch.scores, run(i0));
+                return;
+            }
+            let tile: Vec<Attn> = (i0..i0 + t).map(attn).collect();
+            scratch.tile.resize(t * group * hd, 0.0);
+            attend_rows(&tile, &mut scratch.scores, &mut scratch.tile);
+            for (k, o) in scratch.tile.chunks_exact(group * hd).enumerate() {
+                run(i0 + k).copy_from_slice(o);
+            }
         };
         // Little work (the first positions of one sequence) runs on this thread: handing
         // it out would cost more than it saves.
         let work: usize = rows.iter().map(|r| r.pos + 1).sum::<usize>() * kv_heads;
-        let done: Vec<Vec<f32>> = if work < SERIAL_WORK {
-            let mut scores = Vec::new();
-            items.iter().map(|item| one(&mut scores, item)).collect()
+        if work < SERIAL_WORK {
+            SCRATCH.with_borrow_mut(|scratch| items.iter().for_each(|item| one(scratch, item)));
         } else {
-            sluice_kernels::threads::map(items.len(), |i| one(&mut Vec::new(), &items[i]))
-        };
-        for (&(i0, t, kvh), o) in items.iter().zip(&done) {
-            for k in 0..t {
-                let at = ((i0 + k) * heads + kvh * group) * hd;
-                out[at..at + group * hd].copy_from_slice(&o[k * group * hd..(k + 1) * group * hd]);
-            }
+            sluice_kernels::threads::for_each(items.len(), |i| {
+                SCRATCH.with_borrow_mut(|scratch| one(scratch, &items[i]))
+            });
         }
     }
 }
