@@ -118,9 +118,7 @@ impl KvSlab {
     }
 
     /// Writes the keys and values of every row of a step for a layer (`k`, `v`: one row of
-    /// all KV heads per row of `rows`), slots in parallel. A decode step's writes each miss
-    /// the cache (a position's transposed keys span `head_dim` 32-byte runs of its block),
-    /// so 32 streams' writes take as long as a small matmul when done one after another.
+    /// all KV heads per row of `rows`), slots in parallel.
     pub fn write_rows(&mut self, layer: usize, rows: &[TokenRow], k: &[f32], v: &[f32]) {
         let (shape, n) = ((self.kv_heads, self.head_dim, self.stride), self.per_slot());
         let width = self.kv_heads * self.head_dim;
@@ -136,19 +134,6 @@ impl KvSlab {
             let slot = rows[groups[g][0]].slot;
             // SAFETY: `groups` holds each slot once, so no other task takes its chunks.
             let region = unsafe { (keys.get(slot), values.get(slot)) };
-            // A decode row's writes all miss: every line they touch is asked for first,
-            // so that the misses overlap instead of queueing behind one another in the
-            // store buffer. (A prompt's rows fill consecutive positions of a block.)
-            let (kvh, hd, stride) = shape;
-            if let &[i] = groups[g] {
-                let pos = rows[i].pos;
-                for h in 0..kvh {
-                    let b = h * stride * hd + key_index(hd, 0, pos / KEY_BLOCK * KEY_BLOCK);
-                    sluice_kernels::prefetch(&region.0[b..b + hd * KEY_BLOCK]);
-                    let o = (h * stride + pos) * hd;
-                    sluice_kernels::prefetch(&region.1[o..o + hd]);
-                }
-            }
             for &i in groups[g] {
                 let (k, v) = (&k[i * width..][..width], &v[i * width..][..width]);
                 write_position((&mut *region.0, &mut *region.1), shape, rows[i].pos, k, v);
@@ -158,25 +143,6 @@ impl KvSlab {
             (0..groups.len()).for_each(one);
         } else {
             sluice_kernels::threads::for_each(groups.len(), one);
-        }
-    }
-
-    /// Asks for the lines that `write_rows` will write for the decode rows of `rows` (a
-    /// row whose slot differs from the previous row's), ahead of the matmuls that make
-    /// their keys and values: 0.5–1% of a 32-stream step (`benches/forward`).
-    pub fn prefetch_rows(&self, layer: usize, rows: &[TokenRow]) {
-        let (kvh, hd, stride, n) = (self.kv_heads, self.head_dim, self.stride, self.per_slot());
-        for (i, r) in rows.iter().enumerate() {
-            if i > 0 && rows[i - 1].slot == r.slot {
-                continue;
-            }
-            for h in 0..kvh {
-                let base = r.slot * n + h * stride * hd;
-                let b = base + key_index(hd, 0, r.pos / KEY_BLOCK * KEY_BLOCK);
-                sluice_kernels::prefetch(&self.keys[layer][b..b + hd * KEY_BLOCK]);
-                let o = base + r.pos * hd;
-                sluice_kernels::prefetch(&self.values[layer][o..o + hd]);
-            }
         }
     }
 

@@ -43,5 +43,5 @@ pub use attention::{
 pub use linear::{Input, LinearError, QLinear};
 pub use packed::{PackedMatrix, Part};
 pub use quantize::quantize;
-pub use simd::{Simd, dot, dot_at, noise, prefetch};
+pub use simd::{Simd, dot, dot_at, noise};
 pub use softmax::{bin_indices, exp_sum, exp_weights, max_value};

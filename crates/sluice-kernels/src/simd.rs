@@ -157,25 +157,6 @@ macro_rules! level_tests {
     };
 }
 
-/// Asks for the cache lines of `data` ahead of use (a prefetch never faults).
-#[inline]
-pub fn prefetch<T>(data: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let p = data.as_ptr() as *const i8;
-        for at in (0..std::mem::size_of_val(data)).step_by(64) {
-            // SAFETY: SSE is part of x86_64; a prefetch does not fault.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    p.wrapping_add(at),
-                )
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,8 +114,6 @@ impl Attention {
         s: &mut AttnScratch,
     ) {
         let n = rows.len();
-        // The lines this layer's KV writes will touch, fetched while the matmuls run.
-        kv.prefetch_rows(layer, rows);
         let input = Input::new(h, n);
         QLinear::matmul_many(
             &input,
