@@ -6,6 +6,8 @@ use sluice_kernels::threads::Chunks;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
+use super::blocks::{RmsNorm, Rope};
+use crate::kv::KvSlab;
 
 /// Below this many (position, KV head) pairs a layer's attention runs on one thread. A
 /// parallel region costs about a microsecond (`sluice_kernels::threads`), so only the
@@ -28,8 +30,6 @@ thread_local! {
 /// Rows from which RoPE runs in parallel (a parallel region costs about a microsecond;
 /// one row's rotation less).
 const PARALLEL_ROWS: usize = 8;
-use super::blocks::{RmsNorm, Rope};
-use crate::kv::KvSlab;
 
 /// Options that differ between architectures.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -138,10 +138,6 @@ impl Attention {
         self.wo.matmul(&s.att, n, &mut s.out);
     }
 
-    /// Scaled dot-product attention of every (row, KV head group) over its slot's
-    /// positions `0..=pos` (the last `window` of them for sliding-window layers).
-    /// Consecutive rows of one slot (a prompt chunk) are taken in tiles that read each
-    /// key and value once for the whole tile; a row's output is the same in any tile.
     /// RoPE on every row's queries and keys, rows in parallel for a batch.
     fn rotate(&self, cs: &[(f32, f32)], n: usize, q: &mut [f32], k: &mut [f32]) {
         let (hd, half) = (self.head_dim, self.rope.pairs());
@@ -163,6 +159,10 @@ impl Attention {
         }
     }
 
+    /// Scaled dot-product attention of every (row, KV head group) over its slot's
+    /// positions `0..=pos` (the last `window` of them for sliding-window layers).
+    /// Consecutive rows of one slot (a prompt chunk) are taken in tiles that read each
+    /// key and value once for the whole tile; a row's output is the same in any tile.
     fn attend(&self, kv: &KvSlab, layer: usize, rows: &[TokenRow], q: &[f32], out: &mut [f32]) {
         let hd = self.head_dim;
         let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);
