@@ -139,11 +139,7 @@ impl KvSlab {
                 write_position((&mut *region.0, &mut *region.1), shape, rows[i].pos, k, v);
             }
         };
-        if groups.len() < 4 {
-            (0..groups.len()).for_each(one);
-        } else {
-            sluice_kernels::threads::for_each(groups.len(), one);
-        }
+        sluice_kernels::threads::for_each(groups.len(), one);
     }
 
     /// Elements of one slot's keys (or values) in a layer.

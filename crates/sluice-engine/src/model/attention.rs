@@ -6,7 +6,7 @@ use sluice_kernels::threads::Chunks;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
-use super::blocks::{RmsNorm, Rope};
+use super::blocks::{RmsNorm, Rope, rows_per_task};
 use crate::kv::KvSlab;
 
 /// Below this many (position, KV head) pairs a layer's attention runs on one thread. A
@@ -26,10 +26,6 @@ struct Scratch {
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
-
-/// Rows from which RoPE runs in parallel (a parallel region costs about a microsecond;
-/// one row's rotation less).
-const PARALLEL_ROWS: usize = 8;
 
 /// Options that differ between architectures.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -138,25 +134,26 @@ impl Attention {
         self.wo.matmul(&s.att, n, &mut s.out);
     }
 
-    /// RoPE on every row's queries and keys, rows in parallel for a batch.
+    /// RoPE on every row's queries and keys, a batch's rows in parallel (tasks as in
+    /// `blocks::rows_per_task`).
     fn rotate(&self, cs: &[(f32, f32)], n: usize, q: &mut [f32], k: &mut [f32]) {
         let (hd, half) = (self.head_dim, self.rope.pairs());
-        let (qc, kc) = (
-            Chunks::new(q, self.n_heads * hd),
-            Chunks::new(k, self.n_kv_heads * hd),
-        );
-        let one = |i: usize| {
-            let t = &cs[i * half..(i + 1) * half];
-            // SAFETY: task `i` alone takes row `i` of each.
-            let (q, k) = unsafe { (qc.get(i), kc.get(i)) };
-            self.rope.apply(q, hd, t);
-            self.rope.apply(k, hd, t);
-        };
-        if n < PARALLEL_ROWS {
-            (0..n).for_each(one);
-        } else {
-            sluice_kernels::threads::for_each(n, one);
-        }
+        let (q_dim, kv_dim) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let per = rows_per_task(q_dim + kv_dim);
+        let (qc, kc) = (Chunks::new(q, per * q_dim), Chunks::new(k, per * kv_dim));
+        sluice_kernels::threads::for_each(n.div_ceil(per), |c| {
+            // SAFETY: task `c` alone takes chunk `c` of each.
+            let (q, k) = unsafe { (qc.get(c), kc.get(c)) };
+            for (j, (q, k)) in q
+                .chunks_exact_mut(q_dim)
+                .zip(k.chunks_exact_mut(kv_dim))
+                .enumerate()
+            {
+                let t = &cs[(c * per + j) * half..][..half];
+                self.rope.apply(q, hd, t);
+                self.rope.apply(k, hd, t);
+            }
+        });
     }
 
     /// Scaled dot-product attention of every (row, KV head group) over its slot's

@@ -50,11 +50,7 @@ impl RmsNorm {
                 self.row(xr, or);
             }
         };
-        if out.len() <= per {
-            run(0, out);
-        } else {
-            sluice_kernels::threads::for_each_chunk(out, per, run);
-        }
+        sluice_kernels::threads::for_each_chunk(out, per, run);
     }
 
     /// Normalises every row in place, a batch's rows in parallel.
@@ -68,17 +64,13 @@ impl RmsNorm {
                 xr.copy_from_slice(&tmp);
             }
         };
-        if x.len() <= per {
-            run(0, x);
-        } else {
-            sluice_kernels::threads::for_each_chunk(x, per, run);
-        }
+        sluice_kernels::threads::for_each_chunk(x, per, run);
     }
 }
 
-/// Elements below which a row-wise pass (norms, residual adds) is not worth a parallel
-/// region (about a microsecond, `sluice_kernels::threads`): a task takes whole rows of
-/// about this many elements.
+/// Elements below which a row-wise pass (norms, residual adds, RoPE) is not worth a
+/// parallel region (about a microsecond, `sluice_kernels::threads`): a task takes whole
+/// rows of about this many elements, and a pass of one task runs on the calling thread.
 const TASK_ELEMENTS: usize = 4096;
 
 /// Rows of `dim` elements per task of a row-wise pass.

@@ -129,11 +129,8 @@ fn residual(x: &mut [f32], y: &[f32], norm: Option<&RmsNorm>, h: &mut [f32], dim
             }
         }
     };
-    if xs.count() < 2 {
-        (0..xs.count()).for_each(run);
-    } else {
-        sluice_kernels::threads::for_each(xs.count(), run);
-    }
+    // (One chunk runs on this thread: `for_each` hands out no single task.)
+    sluice_kernels::threads::for_each(xs.count(), run);
 }
 
 impl Decoder {
