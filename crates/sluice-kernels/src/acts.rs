@@ -3,7 +3,8 @@
 //!
 //! Each block of 32 values `x` becomes `q = round(x / d)` with `d = max|x| / 127`, and
 //! the block sums `d * Σq` (over 32 and over each half of 16) that the weights' offsets
-//! multiply.
+//! multiply. For offsets that are a fixed multiple of the scale, the integer kernels take
+//! the offset inside the integer sum instead, from each block's *lane sums* (`lanes`).
 
 use crate::threads::Chunks;
 
@@ -27,6 +28,10 @@ pub struct QuantActs {
     pub s32: Vec<f32>,
     /// `d * Σq` over each half-block of 16 (`n x cols/16`).
     pub s16: Vec<f32>,
+    /// Lane sums of each block of 32 (`n x cols/32`, see `lane_sums`).
+    pub l32: Vec<i32>,
+    /// Lane sums of each half-block of 16 (`n x cols/16`).
+    pub l16: Vec<i32>,
 }
 
 impl QuantActs {
@@ -49,6 +54,8 @@ impl QuantActs {
         self.d.resize(n * cols / ABLOCK, 0.0);
         self.s32.resize(n * cols / ABLOCK, 0.0);
         self.s16.resize(n * cols / 16, 0.0);
+        self.l32.resize(n * cols / ABLOCK, 0);
+        self.l16.resize(n * cols / 16, 0);
         let level = Simd::current();
         // Large batches (prefill) are split across the compute threads, `rows` per task.
         let rows = if n >= 32 { 16 } else { n.max(1) };
@@ -57,6 +64,8 @@ impl QuantActs {
         let d = Chunks::new(&mut self.d, rows * nb);
         let s32 = Chunks::new(&mut self.s32, rows * nb);
         let s16 = Chunks::new(&mut self.s16, rows * nb * 2);
+        let l32 = Chunks::new(&mut self.l32, rows * nb);
+        let l16 = Chunks::new(&mut self.l16, rows * nb * 2);
         crate::threads::for_each(n.div_ceil(rows), |i| {
             let x = &x[i * rows * cols..((i + 1) * rows * cols).min(x.len())];
             // SAFETY: task `i` is the only one that takes chunk `i` of each output.
@@ -77,6 +86,8 @@ impl QuantActs {
                 Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
                 _ => quantise(&mut out, x),
             }
+            // SAFETY: as above.
+            lane_sums(out.q, unsafe { l32.get(i) }, unsafe { l16.get(i) });
         });
     }
 
@@ -84,6 +95,28 @@ impl QuantActs {
     #[inline(always)]
     pub fn sums(&self, bk: usize) -> &[f32] {
         if bk == 16 { &self.s16 } else { &self.s32 }
+    }
+}
+
+/// The lane sums of quants `q` (whole blocks of 32), negated: for each block of 16 and of
+/// 32 columns, `-Σ q[4c] + q[4c + 1]` in the low 16 bits and `-Σ q[4c + 2] + q[4c + 3]` in
+/// the high 16 bits (over the block's groups of 4 columns `4c..4c + 4`). These are the
+/// activations that the even and the odd 16-bit lane of a `vpmaddubsw` against a chunk of
+/// packed weights (`packed.rs`) multiply, so a kernel starts a block's 16-bit sums at them
+/// (shifted left by log2 of the offset) to take a derived offset `k·d` into the integer
+/// sum. Each sum is at most 16 · 127 in magnitude.
+fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
+    let pack = |even: i32, odd: i32| ((-even) as u16 as u32 | ((-odd) as u16 as u32) << 16) as i32;
+    for (b, qb) in q.chunks_exact(ABLOCK).enumerate() {
+        let mut sums = [[0i32; 2]; 2];
+        for (c, g) in qb.chunks_exact(4).enumerate() {
+            let half = &mut sums[c / 4];
+            half[0] += g[0] as i32 + g[1] as i32;
+            half[1] += g[2] as i32 + g[3] as i32;
+        }
+        l16[2 * b] = pack(sums[0][0], sums[0][1]);
+        l16[2 * b + 1] = pack(sums[1][0], sums[1][1]);
+        l32[b] = pack(sums[0][0] + sums[1][0], sums[0][1] + sums[1][1]);
     }
 }
 
@@ -208,6 +241,19 @@ mod tests {
             assert_eq!(a.s32[b], a.d[b] * s as f32);
             let halves = a.s16[2 * b] + a.s16[2 * b + 1];
             assert!((halves - a.s32[b]).abs() <= 1e-5 * (1.0 + a.s32[b].abs()));
+            // Lane sums: columns 4c, 4c + 1 (low half) and 4c + 2, 4c + 3 (high half).
+            let lanes = |from: usize, len: usize| {
+                let sum = |t: usize| -> i32 {
+                    (from..from + len)
+                        .filter(|c| c % 4 / 2 == t)
+                        .map(|c| a.q[c] as i32)
+                        .sum()
+                };
+                (-sum(0)) as u16 as u32 | ((-sum(1)) as u16 as u32) << 16
+            };
+            assert_eq!(a.l32[b] as u32, lanes(b * 32, 32));
+            assert_eq!(a.l16[2 * b] as u32, lanes(b * 32, 16));
+            assert_eq!(a.l16[2 * b + 1] as u32, lanes(b * 32 + 16, 16));
         }
         assert_eq!(a.d[1], 0.0);
     }

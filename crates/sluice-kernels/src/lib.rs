@@ -3,9 +3,10 @@
 //!
 //! - [`Simd`]: the instruction-set level, detected once at start-up (`SLUICE_KERNEL` may
 //!   force a lower one). Each kernel dispatches on it.
-//! - One file per instruction set: `avx512.rs` and `avx2.rs` hold every function compiled
-//!   with those CPU features; the plain-loop definitions live beside their safe wrappers
-//!   and are the portable path.
+//! - Files per instruction set: `avx512.rs`, and `avx2.rs` with `avx2_matmul.rs`,
+//!   `avx2_acts.rs` and `avx2_rows.rs`, hold every function compiled with those CPU
+//!   features; the plain-loop definitions live beside their safe wrappers and are the
+//!   portable path.
 //! - [`QLinear`]: a weight matrix kept in its GGUF quantisation; `matmul` multiplies it
 //!   by f32 activations (int8-quantised once per [`Input`] for the integer kernels).
 //! - [`attend_group`]: attention of one GQA group over f16 keys and values;
@@ -21,6 +22,8 @@ mod attention;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_acts;
+#[cfg(target_arch = "x86_64")]
+mod avx2_matmul;
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows;
 #[cfg(target_arch = "x86_64")]

@@ -60,7 +60,7 @@ pub const BATCH_ROWS: usize = 8;
 const TILE_ROWS: usize = 16;
 
 /// Activation rows per task of a matmul over a long batch (a multiple of every kernel's
-/// row tile: 6 on AVX2, 8 on AVX-512).
+/// row tile: 3 or 4 on AVX2, 8 on AVX-512).
 const SPLIT_ROWS: usize = 48;
 
 /// Multiply-adds a matmul task takes at most, unless that makes fewer than 4 tasks a

@@ -20,8 +20,11 @@
 //! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
-//! (`acts.rs`); integer sums are exact, and each output is computed in the same order
-//! whatever the batch size, so a sequence gets the same numbers alone or in a batch.
+//! (`acts.rs`). Where the offset is `-2^s·d` (Q4_0, Q5_0, Q6_K below AVX-512,
+//! `folded_shift`), it is taken inside the integer sum instead: `y = Σ_blocks
+//! d_w·d_a·((u - 2^s)·q_a)`, one multiply-add per block. Integer sums are exact, and each
+//! output is computed in the same order whatever the batch size, so a sequence gets the
+//! same numbers alone or in a batch.
 
 use candle_core::quantized::GgmlDType;
 use half::f16;
@@ -419,10 +422,10 @@ impl PackedMatrix {
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2).
-            Simd::Avx512 => unsafe { crate::avx2::packed_groups(self, a, part, y, stride) },
+            Simd::Avx512 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::packed_groups(self, a, part, y, stride) },
+            Simd::Avx2 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
             // SAFETY: the caller's contract covers `y`.
             _ => unsafe { self.groups_portable(a, part, y, stride) },
         }
@@ -453,6 +456,11 @@ impl PackedMatrix {
     unsafe fn groups_portable(&self, a: &QuantActs, part: Part, y: *mut f32, stride: usize) {
         let (bk, nb, cols) = (self.bk, self.blocks(), self.cols);
         let sums = a.sums(bk);
+        // A derived offset taken inside the integer sum (as the SIMD kernels do).
+        let fold = match folded_shift(self) {
+            0 => None,
+            s => Some(1i32 << s),
+        };
         let mut u = vec![0u8; GROUP * bk];
         let mut acc = vec![[0f32; GROUP]; part.rows.len()];
         for g in part.groups {
@@ -466,13 +474,16 @@ impl PackedMatrix {
                     let da = a.d[(i * cols + b * bk) / 32];
                     let s = sums[i * nb + b];
                     for j in 0..GROUP {
+                        let shift = fold.unwrap_or(0);
                         let isum: i32 = u[j * bk..(j + 1) * bk]
                             .iter()
                             .zip(xq)
-                            .map(|(&w, &x)| self.value(w) * x as i32)
+                            .map(|(&w, &x)| (self.value(w) - shift) * x as i32)
                             .sum();
                         acc[j] += isum as f32 * (dw[j] * da);
-                        acc[j] += mw[j] * s;
+                        if fold.is_none() {
+                            acc[j] += mw[j] * s;
+                        }
                     }
                 }
             }
@@ -481,6 +492,20 @@ impl PackedMatrix {
                 unsafe { self.store(g, i, lanes, y, stride) };
             }
         }
+    }
+}
+
+/// `s` when the offset is `-2^s·d` and the kernels take it inside the integer sum; 0
+/// otherwise. Such quants are `u` in `0..2^(s+1)`, so `|u - 2^s| ≤ 2^s`, and a 16-bit lane
+/// of the AVX2 kernel, which sums `bk/2` products with activations of at most 127, stays
+/// exact while `bk/2 · 2^s · 127 < 2^15`: Q4_0 (s = 3) and Q5_0 (4) in blocks of 32, Q6_K
+/// (5) in blocks of 16.
+pub(crate) fn folded_shift(p: &PackedMatrix) -> i32 {
+    let s = p.bits as i32 - 1;
+    let fits = p.bk * (1 << s) <= 512;
+    match p.m_of_d {
+        Some(k) if !p.signed && p.bits <= 6 && fits && k == -((1 << s) as f32) => s,
+        _ => 0,
     }
 }
 

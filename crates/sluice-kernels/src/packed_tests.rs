@@ -53,7 +53,7 @@ fn check_layout(level: Simd, dtype: GgmlDType, p: &PackedMatrix, deq: &[f32]) ->
             );
         }
     }
-    for n in [1, 3, 4, 5, 9] {
+    for n in [1, 2, 3, 4, 5, 6, 7, 9] {
         let x = noise(n * cols, 7 + n as u32);
         let acts = QuantActs::new(&x, n, cols);
         // Plain f64 references: the packed weights against the int8 activations
@@ -173,8 +173,9 @@ fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
 
 crate::level_tests!(largest_quants_against_largest_activations_stay_exact);
 
-/// Every quant at its largest against activations at ±127: the kernels' 16-bit partial
-/// sums (`avx2::run16`) must not overflow, so each level still gives the exact sum.
+/// Every quant at its largest (and, for offsets taken in the integer sum, its smallest)
+/// against activations at ±127: the kernels' 16-bit partial sums (`avx2_matmul::run16`
+/// and `tile`) must not overflow, so each level still gives the exact sum.
 fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
     let (rows, cols) = (16, 256);
     for (dtype, fill) in [
@@ -187,13 +188,24 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
         (GgmlDType::Q4K, 0xFF),
         (GgmlDType::Q5K, 0xFF),
         (GgmlDType::Q6K, 0xFF),
+        // The smallest quants: `u - 2^s` at its largest magnitude where the offset is
+        // taken inside the integer sum (`packed::folded_shift`).
+        (GgmlDType::Q4_0, 0x00),
+        (GgmlDType::Q5_0, 0x00),
+        (GgmlDType::Q6K, 0x00),
     ] {
         let f = crate::formats::Format::of(dtype).expect("format");
         let mut block = vec![fill; f.block_bytes];
         // Scales of 1/64 (f16 0x2400) where the format keeps them; quants stay at `fill`.
         let one = [0x00u8, 0x24];
         match dtype {
-            GgmlDType::Q6K => block[208..210].copy_from_slice(&one),
+            GgmlDType::Q6K => {
+                block[208..210].copy_from_slice(&one);
+                // Sub-block scales of 1 where the fill would make them 0.
+                if fill == 0 {
+                    block[192..208].fill(1);
+                }
+            }
             GgmlDType::Q4K | GgmlDType::Q5K => {
                 block[0..2].copy_from_slice(&one);
                 block[2..4].copy_from_slice(&one);

@@ -1,0 +1,380 @@
+//! The AVX2 integer matmul of `PackedMatrix` (AVX2 with FMA and F16C): int8 activations
+//! (`acts.rs`) against the grouped weights (`packed.rs`), `vpmaddubsw` for the products.
+//! `unsafe` only because of the CPU features, which `Simd::current` checks once.
+//!
+//! A tile is `R` activation rows against the 16 rows of one weight group, both 8-row
+//! halves at once (`H` = 2): each activation broadcast feeds a chunk of each half, so a
+//! chunk of 32 products costs a `vpmaddubsw`, a 16-bit add and half a broadcast. Taking
+//! both halves with 3 rows was 1.2-1.3x faster than one half with 6 rows (5- and 6-bit
+//! quants at 32 and 64 rows, `benches/kernels`); compact 5- and 6-bit quants, which need
+//! more registers to unpack, take one half at a time with 4 rows.
+
+use std::arch::x86_64::*;
+
+use crate::acts::QuantActs;
+use crate::packed::{GROUP, PackedMatrix, Part};
+
+/// Bytes ahead of the quants being read that a few-row matmul prefetches. A decode step
+/// streams each small matrix from memory once, and the hardware prefetcher ramps up too
+/// late for matrices of a few hundred KB: prefetching 2 KB ahead made a decode step's
+/// layers 15% faster (`benches/forward`, SmolLM2 and Gemma 3); 1 and 4 KB did no better.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Activation rows up to which a matmul is bound by reading its weights (each block is
+/// prefetched once, by the tile of the first half).
+const PREFETCH_ROWS: usize = 4;
+
+/// Activation rows of a tile that takes both halves of a group (`run256`).
+const ROWS_BOTH: usize = 3;
+
+/// Activation rows of a tile that takes one half: compact 5- and 6-bit quants.
+const ROWS_ONE: usize = 4;
+
+/// 8 scale lanes starting at lane `h * 8`.
+#[inline(always)]
+unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
+    // SAFETY: `p` holds 16 scales; avx and f16c enabled by the caller.
+    unsafe {
+        if half {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * h) as *const __m128i))
+        } else {
+            _mm256_loadu_ps((p as *const f32).add(8 * h))
+        }
+    }
+}
+
+/// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
+/// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants (and of each 4-bit half of
+/// WIDE quants), 4 of 5-bit and 2 of 6-bit stay below 32,768. Signed Q8_0 (|w| up to 128)
+/// widens every chunk. A derived offset taken into the sum (`FOLD`) makes it a whole block.
+const fn run16(bits: u32, signed: bool) -> usize {
+    match (signed, bits) {
+        (true, _) => 1,
+        (false, 4) => 8,
+        (false, 5) => 4,
+        _ => 2,
+    }
+}
+
+/// Halves `h0..h0 + H` (8 rows each) of group `g` against activation rows `i0..i0 + R`,
+/// one 8-lane accumulator per (row, half). Each chunk of a block's quants is unpacked once
+/// (nibbles split, high-plane bits merged, quants above 63 split into 4-bit halves for
+/// `vpmaddubsw`) and multiplied against all `R` rows, whose 16-bit partial sums stay in
+/// registers (chunk-outer). Every row's sums are taken in the same order whatever `R` and
+/// `H` are, and integer sums are exact, so the 16-bit runs change no result.
+///
+/// With `FOLD` > 0 the offset is `-2^FOLD·d` (Q4_0, Q5_0, Q6_K: `packed::folded_shift`)
+/// and goes into the integer sum: each row's 16-bit sums start at its lane sums shifted
+/// left by `FOLD` (`acts::lane_sums`), so they end at `Σ (u - 2^FOLD)·q`, which
+/// `folded_shift` keeps below 2^15 in magnitude and so is exact in 16 bits whatever the
+/// order of the wrapping adds. The whole block is summed in 16 bits, and the float
+/// epilogue is one multiply-add instead of two.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<
+    const NIB: bool,
+    const BK: usize,
+    const WIDE: bool,
+    const SIGNED: bool,
+    const BITS: u32,
+    const FOLD: i32,
+    const H: usize,
+    const R: usize,
+>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g: usize,
+    h0: usize,
+    i0: usize,
+) -> [[__m256; H]; R] {
+    let chunks = BK / 4;
+    let run = if FOLD > 0 {
+        chunks
+    } else {
+        run16(BITS, SIGNED)
+    };
+    // Bits above the nibble in the high plane (compact 5- and 6-bit quants).
+    let high_bits = crate::packed::high_bits(NIB, BITS);
+    let nb = p.blocks();
+    let cols = a.cols;
+    let sums = a.sums(BK);
+    let lane_sums = if BK == 16 { &a.l16 } else { &a.l32 };
+    let plane_at = p.high_plane();
+    // SAFETY (whole body): the caller passes a group, halves and activation rows inside
+    // the matrix and the activations; every block's quants, high plane (64 bytes inside
+    // the block) and 16 scales are inside the packing; activation row `i0 + k` has `cols`
+    // quants, `cols / 32` scales and `nb` sums; avx2, fma and f16c enabled by the caller.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); H]; R];
+        // Pointers of block 0, stepped by the block sizes: nothing per block but adds.
+        let q0 = p.quants(g, 0);
+        let qb = p.block_quant_bytes();
+        let (d0, m0) = p.scales(g, 0);
+        let sb = GROUP * if p.half { 2 } else { 4 };
+        let x0: [*const i8; R] = std::array::from_fn(|k| a.q.as_ptr().add((i0 + k) * cols));
+        let da0: [*const f32; R] = std::array::from_fn(|k| a.d.as_ptr().add((i0 + k) * cols / 32));
+        let low = _mm256_set1_epi8(0x0F);
+        let hmask = _mm256_set1_epi8(if high_bits == 1 { 0x10 } else { 0x30 });
+        let sixteen = _mm256_set1_epi16(16);
+        let ones = _mm256_set1_epi16(1);
+        for b in 0..nb {
+            let q = q0.add(b * qb);
+            if a.n <= PREFETCH_ROWS && h0 == 0 {
+                // A prefetch never faults: the addresses may run past the matrix.
+                for l in (0..qb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH_AHEAD + l) as *const i8);
+                }
+            }
+            let mut isum = [[_mm256_setzero_si256(); H]; R];
+            let mut part = [[_mm256_setzero_si256(); H]; R];
+            if FOLD > 0 {
+                for (k, part) in part.iter_mut().enumerate() {
+                    let l = *lane_sums.get_unchecked((i0 + k) * nb + b);
+                    *part = [_mm256_sll_epi16(_mm256_set1_epi32(l), _mm_cvtsi32_si128(FOLD)); H];
+                }
+            }
+            let mut parth = [[_mm256_setzero_si256(); H]; R];
+            let plane: [__m256i; H] = std::array::from_fn(|j| {
+                if high_bits > 0 {
+                    _mm256_loadu_si256(q.add(plane_at + 32 * (h0 + j)) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                }
+            });
+            for c in 0..chunks {
+                // `w`: unsigned quants (|w| for SIGNED, whose signs stay in `wh` for
+                // vpsignb; the low nibbles for WIDE, whose high ones are `wh`).
+                let mut w = [_mm256_setzero_si256(); H];
+                let mut wh = [_mm256_setzero_si256(); H];
+                for j in 0..H {
+                    let h = h0 + j;
+                    let raw = if NIB {
+                        let v = c % (chunks / 2);
+                        let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
+                        let nib = if c < chunks / 2 {
+                            _mm256_and_si256(raw, low)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
+                        };
+                        if high_bits > 0 {
+                            // This chunk's plane bits moved to bits 4.. of each byte (16-bit
+                            // shifts by at most 4 bring no bit of the other byte there).
+                            let s = 4 - (high_bits * c) as i32;
+                            let moved = if s >= 0 {
+                                _mm256_sll_epi16(plane[j], _mm_cvtsi32_si128(s))
+                            } else {
+                                _mm256_srl_epi16(plane[j], _mm_cvtsi32_si128(-s))
+                            };
+                            _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
+                        } else {
+                            nib
+                        }
+                    } else {
+                        _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
+                    };
+                    (w[j], wh[j]) = if WIDE {
+                        (
+                            _mm256_and_si256(raw, low),
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+                        )
+                    } else if SIGNED {
+                        (_mm256_abs_epi8(raw), raw)
+                    } else {
+                        (raw, raw)
+                    };
+                }
+                for k in 0..R {
+                    let xc = _mm256_set1_epi32(
+                        (x0[k].add(b * BK + 4 * c) as *const i32).read_unaligned(),
+                    );
+                    for j in 0..H {
+                        let (part, parth, isum) =
+                            (&mut part[k][j], &mut parth[k][j], &mut isum[k][j]);
+                        if WIDE {
+                            // Two 4-bit planes, each summed in 16 bits for the whole block.
+                            *part = _mm256_add_epi16(*part, _mm256_maddubs_epi16(w[j], xc));
+                            *parth = _mm256_add_epi16(*parth, _mm256_maddubs_epi16(wh[j], xc));
+                            if c + 1 == chunks {
+                                *isum = _mm256_add_epi32(
+                                    _mm256_madd_epi16(*part, ones),
+                                    _mm256_madd_epi16(*parth, sixteen),
+                                );
+                            }
+                            continue;
+                        }
+                        let pairs = if SIGNED {
+                            _mm256_maddubs_epi16(w[j], _mm256_sign_epi8(xc, wh[j]))
+                        } else {
+                            _mm256_maddubs_epi16(w[j], xc)
+                        };
+                        if run == 1 {
+                            *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(pairs, ones));
+                            continue;
+                        }
+                        *part = _mm256_add_epi16(*part, pairs);
+                        if (c + 1) % run == 0 || c + 1 == chunks {
+                            *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(*part, ones));
+                            *part = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            }
+            let (dp, mp) = (d0.add(b * sb), m0.wrapping_add(b * sb));
+            let dw: [__m256; H] = std::array::from_fn(|j| lanes256(dp, p.half, h0 + j));
+            let mw: [__m256; H] = std::array::from_fn(|j| match p.m_of_d {
+                _ if FOLD > 0 || SIGNED => _mm256_setzero_ps(),
+                Some(k) => _mm256_mul_ps(dw[j], _mm256_set1_ps(k)),
+                None => lanes256(mp, p.half, h0 + j),
+            });
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let da = _mm256_set1_ps(*da0[k].add(b * BK / 32));
+                let s = if !SIGNED && FOLD == 0 {
+                    _mm256_set1_ps(*sums.get_unchecked((i0 + k) * nb + b))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for j in 0..H {
+                    let scale = _mm256_mul_ps(dw[j], da);
+                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k][j]), scale, acc[j]);
+                    if !SIGNED && FOLD == 0 {
+                        acc[j] = _mm256_fmadd_ps(mw[j], s, acc[j]);
+                    }
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// One part of a matmul in tiles (`tile`): per group, `ROWS_BOTH` rows against both halves
+/// (`ROWS_ONE` against one half at a time for compact 5- and 6-bit quants), the rest in
+/// one narrower tile, and 4 rows (a few streams' decode) in one tile so that compact
+/// weights are unpacked once.
+#[inline(always)]
+unsafe fn run256<
+    const NIB: bool,
+    const BK: usize,
+    const WIDE: bool,
+    const SIGNED: bool,
+    const BITS: u32,
+    const FOLD: i32,
+>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+) {
+    // SAFETY (whole body): the caller's part is inside the matrix and the activations, and
+    // `y` is valid for its outputs (`matmul_groups`).
+    unsafe {
+        let mut lanes = [0f32; GROUP];
+        // Groups before `full` have all 16 rows: their lanes go straight to `y`.
+        let full = p.rows() / GROUP;
+        let mut put = |g: usize, i: usize, lo: __m256, hi: __m256| {
+            if g < full {
+                let o = y.add(i * stride + g * GROUP);
+                _mm256_storeu_ps(o, lo);
+                _mm256_storeu_ps(o.add(8), hi);
+                return;
+            }
+            _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+            p.store(g, i, &lanes, y, stride);
+        };
+        macro_rules! tile {
+            (both, $r:literal, $g:expr, $i:expr) => {{
+                let t = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 2, $r>(p, a, $g, 0, $i);
+                for (k, t) in t.iter().enumerate() {
+                    put($g, $i + k, t[0], t[1]);
+                }
+            }};
+            (one, $r:literal, $g:expr, $i:expr) => {{
+                let lo = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 1, $r>(p, a, $g, 0, $i);
+                let hi = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 1, $r>(p, a, $g, 1, $i);
+                for k in 0..$r {
+                    put($g, $i + k, lo[k][0], hi[k][0]);
+                }
+            }};
+        }
+        let compact = crate::packed::high_bits(NIB, BITS) > 0;
+        let end = part.rows.end;
+        for g in part.groups.clone() {
+            let mut i = part.rows.start;
+            // The rest in one narrower tile (each row's sums are the same in any tile).
+            if compact {
+                while i + ROWS_ONE <= end {
+                    tile!(one, 4, g, i);
+                    i += ROWS_ONE;
+                }
+                match end - i {
+                    0 => {}
+                    1 => tile!(one, 1, g, i),
+                    2 => tile!(one, 2, g, i),
+                    _ => tile!(one, 3, g, i),
+                }
+            } else {
+                while i + ROWS_BOTH <= end && end - i != 4 {
+                    tile!(both, 3, g, i);
+                    i += ROWS_BOTH;
+                }
+                match end - i {
+                    0 => {}
+                    1 => tile!(both, 1, g, i),
+                    2 => tile!(both, 2, g, i),
+                    3 => tile!(both, 3, g, i),
+                    _ => tile!(both, 4, g, i),
+                }
+            }
+        }
+    }
+}
+
+/// The AVX2 kernel for one part of a matmul.
+///
+/// # Safety
+/// As `groups_avx512`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn packed_groups(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+) {
+    // The shift of a derived offset the integer sum takes (`tile`), 0 for none.
+    let fold = crate::packed::folded_shift(p);
+    // SAFETY: forwarded.
+    unsafe {
+        match (p.nibbles, p.bk, p.wide, p.signed, p.bits, fold) {
+            (true, 32, _, _, 4, 3) => run256::<true, 32, false, false, 4, 3>(p, a, part, y, stride),
+            (true, 32, _, _, 4, _) => run256::<true, 32, false, false, 4, 0>(p, a, part, y, stride),
+            (true, 32, _, _, 5, 4) => run256::<true, 32, false, false, 5, 4>(p, a, part, y, stride),
+            (true, 32, _, _, 5, _) => run256::<true, 32, false, false, 5, 0>(p, a, part, y, stride),
+            (true, 16, _, _, 6, 5) => run256::<true, 16, false, false, 6, 5>(p, a, part, y, stride),
+            (true, 16, _, _, 6, _) => run256::<true, 16, false, false, 6, 0>(p, a, part, y, stride),
+            (false, 32, false, true, _, _) => {
+                run256::<false, 32, false, true, 8, 0>(p, a, part, y, stride)
+            }
+            (false, 32, false, false, 5, 4) => {
+                run256::<false, 32, false, false, 5, 4>(p, a, part, y, stride)
+            }
+            (false, 32, false, false, 5, _) => {
+                run256::<false, 32, false, false, 5, 0>(p, a, part, y, stride)
+            }
+            (false, 32, false, false, _, _) => {
+                run256::<false, 32, false, false, 6, 0>(p, a, part, y, stride)
+            }
+            (false, 32, true, _, _, _) => {
+                run256::<false, 32, true, false, 8, 0>(p, a, part, y, stride)
+            }
+            (false, 16, _, _, _, 5) => {
+                run256::<false, 16, false, false, 6, 5>(p, a, part, y, stride)
+            }
+            (false, 16, _, _, _, _) => {
+                run256::<false, 16, false, false, 6, 0>(p, a, part, y, stride)
+            }
+            other => unreachable!("layout {other:?}"),
+        }
+    }
+}
