@@ -87,7 +87,13 @@ impl QuantActs {
                 _ => quantise(&mut out, x),
             }
             // SAFETY: as above.
-            lane_sums(out.q, unsafe { l32.get(i) }, unsafe { l16.get(i) });
+            let (l32, l16) = unsafe { (l32.get(i), l16.get(i)) };
+            match level {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Simd::current` only returns a level the CPU reports.
+                Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2_acts::lane_sums(out.q, l32, l16) },
+                _ => lane_sums(out.q, l32, l16),
+            }
         });
     }
 
@@ -104,8 +110,9 @@ impl QuantActs {
 /// activations that the even and the odd 16-bit lane of a `vpmaddubsw` against a chunk of
 /// packed weights (`packed.rs`) multiply, so a kernel starts a block's 16-bit sums at them
 /// (shifted left by log2 of the offset) to take a derived offset `k·d` into the integer
-/// sum. Each sum is at most 16 · 127 in magnitude.
-fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
+/// sum. Each sum is at most 16 · 127 in magnitude. (The plain loop: `avx2_acts` has the
+/// AVX2 kernel.)
+pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
     let pack = |even: i32, odd: i32| ((-even) as u16 as u32 | ((-odd) as u16 as u32) << 16) as i32;
     for (b, qb) in q.chunks_exact(ABLOCK).enumerate() {
         let mut sums = [[0i32; 2]; 2];
@@ -222,6 +229,29 @@ mod tests {
             unsafe { crate::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
             assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn every_level_sums_lanes_alike() {
+        let mut q: Vec<i8> = noise(256, 4).iter().map(|v| (v * 127.0) as i8).collect();
+        q[..32].fill(127);
+        q[32..64].fill(-127);
+        let (mut want32, mut want16) = (vec![0; 8], vec![0; 16]);
+        lane_sums(&q, &mut want32, &mut want16);
+        assert_eq!(want32[0], pack(-16 * 127, -16 * 127));
+        assert_eq!(want16[3], pack(8 * 127, 8 * 127));
+        #[cfg(target_arch = "x86_64")]
+        if matches!(Simd::detected(), Simd::Avx2 | Simd::Avx512) {
+            let (mut got32, mut got16) = (vec![0; 8], vec![0; 16]);
+            // SAFETY: the CPU has AVX2 (checked above).
+            unsafe { crate::avx2_acts::lane_sums(&q, &mut got32, &mut got16) };
+            assert_eq!((got32, got16), (want32, want16));
+        }
+    }
+
+    /// Two 16-bit lanes in one word, as `lane_sums` stores them.
+    fn pack(low: i32, high: i32) -> i32 {
+        (low as u16 as u32 | (high as u16 as u32) << 16) as i32
     }
 
     #[test]

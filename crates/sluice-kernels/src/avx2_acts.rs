@@ -63,3 +63,30 @@ unsafe fn block(xb: &[f32], qb: &mut [i8]) -> Option<(i32, i32, f32)> {
         Some((_mm_cvtsi128_si32(s), _mm_extract_epi32(s, 1), d))
     }
 }
+
+/// `acts::lane_sums` (the definition): `vpmaddubsw` against ones gives the 16 sums of
+/// adjacent quants, whose even (odd) 16-bit lanes are the low (high) lane sums of each
+/// group of 4 columns; adding the 4 dwords of each 128-bit half sums a block of 16.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
+    let ones = _mm256_set1_epi8(1);
+    for (b, qb) in q.chunks_exact(ABLOCK).enumerate() {
+        // SAFETY: `qb` holds 32 bytes; avx2 enabled.
+        unsafe {
+            let v = _mm256_loadu_si256(qb.as_ptr() as *const __m256i);
+            let pairs = _mm256_maddubs_epi16(ones, v);
+            // Each 128-bit half: dwords 0 + 2, 1 + 3, then both (at most 16 · 127: no
+            // 16-bit overflow), negated.
+            let s = _mm256_add_epi16(pairs, _mm256_shuffle_epi32(pairs, 0b01_00_11_10));
+            let s = _mm256_add_epi16(s, _mm256_shuffle_epi32(s, 0b10_11_00_01));
+            let s = _mm256_sub_epi16(_mm256_setzero_si256(), s);
+            let (lo, hi) = (_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            l16[2 * b] = _mm_cvtsi128_si32(lo);
+            l16[2 * b + 1] = _mm_cvtsi128_si32(hi);
+            l32[b] = _mm_cvtsi128_si32(_mm_add_epi16(lo, hi));
+        }
+    }
+}
