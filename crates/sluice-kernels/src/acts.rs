@@ -91,7 +91,9 @@ impl QuantActs {
             match level {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::current` only returns a level the CPU reports.
-                Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2_acts::lane_sums(out.q, l32, l16) },
+                Simd::Avx2 | Simd::Avx512 => unsafe {
+                    crate::avx2_acts::lane_sums(out.q, l32, l16)
+                },
                 _ => lane_sums(out.q, l32, l16),
             }
         });

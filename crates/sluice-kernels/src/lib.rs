@@ -32,6 +32,7 @@ mod dense;
 mod formats;
 mod linear;
 mod packed;
+mod packed_portable;
 mod quantize;
 mod simd;
 mod softmax;

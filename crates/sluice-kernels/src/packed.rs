@@ -304,8 +304,13 @@ impl PackedMatrix {
         (self.d[i..i + size].as_ptr(), m)
     }
 
+    /// The scale of row `j` of (group, block).
+    pub(crate) fn scale_of(&self, g: usize, b: usize, j: usize) -> f32 {
+        self.scale_at(&self.d, g, b, j)
+    }
+
     /// The offset of row `j` of (group, block).
-    fn offset_at(&self, g: usize, b: usize, j: usize) -> f32 {
+    pub(crate) fn offset_at(&self, g: usize, b: usize, j: usize) -> f32 {
         match self.m_of_d {
             Some(k) => k * self.scale_at(&self.d, g, b, j),
             None => self.scale_at(&self.m, g, b, j),
@@ -323,7 +328,7 @@ impl PackedMatrix {
 
     /// A stored quant as the integer it stands for.
     #[inline(always)]
-    fn value(&self, q: u8) -> i32 {
+    pub(crate) fn value(&self, q: u8) -> i32 {
         if self.signed {
             q as i8 as i32
         } else {
@@ -357,7 +362,7 @@ impl PackedMatrix {
     }
 
     /// All quants of (group, block) as `u[row * bk + t]`.
-    fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
+    pub(crate) fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
         let q = self.block(g, b);
         let bk = self.bk;
         for j in 0..GROUP {
@@ -427,7 +432,7 @@ impl PackedMatrix {
             // SAFETY: as above.
             Simd::Avx2 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
             // SAFETY: the caller's contract covers `y`.
-            _ => unsafe { self.groups_portable(a, part, y, stride) },
+            _ => unsafe { crate::packed_portable::groups(self, a, part, y, stride) },
         }
     }
 
@@ -449,48 +454,6 @@ impl PackedMatrix {
         for (j, v) in lanes.iter().take(valid).enumerate() {
             // SAFETY: in bounds and exclusive by the caller's contract.
             unsafe { *y.add(i * stride + g * GROUP + j) = *v };
-        }
-    }
-
-    /// Plain Rust: the definition the SIMD paths follow.
-    unsafe fn groups_portable(&self, a: &QuantActs, part: Part, y: *mut f32, stride: usize) {
-        let (bk, nb, cols) = (self.bk, self.blocks(), self.cols);
-        let sums = a.sums(bk);
-        // A derived offset taken inside the integer sum (as the SIMD kernels do).
-        let fold = match folded_shift(self) {
-            0 => None,
-            s => Some(1i32 << s),
-        };
-        let mut u = vec![0u8; GROUP * bk];
-        let mut acc = vec![[0f32; GROUP]; part.rows.len()];
-        for g in part.groups {
-            acc.iter_mut().for_each(|x| *x = [0.0; GROUP]);
-            for b in 0..nb {
-                self.unpack(g, b, &mut u);
-                let dw: [f32; GROUP] = std::array::from_fn(|j| self.scale_at(&self.d, g, b, j));
-                let mw: [f32; GROUP] = std::array::from_fn(|j| self.offset_at(g, b, j));
-                for (i, acc) in part.rows.clone().zip(acc.iter_mut()) {
-                    let xq = &a.q[i * cols + b * bk..][..bk];
-                    let da = a.d[(i * cols + b * bk) / 32];
-                    let s = sums[i * nb + b];
-                    for j in 0..GROUP {
-                        let shift = fold.unwrap_or(0);
-                        let isum: i32 = u[j * bk..(j + 1) * bk]
-                            .iter()
-                            .zip(xq)
-                            .map(|(&w, &x)| (self.value(w) - shift) * x as i32)
-                            .sum();
-                        acc[j] += isum as f32 * (dw[j] * da);
-                        if fold.is_none() {
-                            acc[j] += mw[j] * s;
-                        }
-                    }
-                }
-            }
-            for (i, lanes) in part.rows.clone().zip(&acc) {
-                // SAFETY: the caller's contract.
-                unsafe { self.store(g, i, lanes, y, stride) };
-            }
         }
     }
 }
