@@ -4,7 +4,8 @@
 //! Each block of 32 values `x` becomes `q = round(x / d)` with `d = max|x| / 127`, and
 //! the block sums `d * Σq` (over 32 and over each half of 16) that the weights' offsets
 //! multiply. For offsets that are a fixed multiple of the scale, the integer kernels take
-//! the offset inside the integer sum instead, from each block's *lane sums* (`lanes`).
+//! the offset inside the integer sum instead, from each block's *lane sums* (`l32`, `l16`:
+//! `lane_sums`).
 
 use crate::threads::Chunks;
 
@@ -107,8 +108,8 @@ impl QuantActs {
 }
 
 /// The lane sums of quants `q` (whole blocks of 32), negated: for each block of 16 and of
-/// 32 columns, `-Σ q[4c] + q[4c + 1]` in the low 16 bits and `-Σ q[4c + 2] + q[4c + 3]` in
-/// the high 16 bits (over the block's groups of 4 columns `4c..4c + 4`). These are the
+/// 32 columns, `-Σ_c (q[4c] + q[4c + 1])` in the low 16 bits and `-Σ_c (q[4c + 2] +
+/// q[4c + 3])` in the high 16 bits, over the block's groups of 4 columns `4c..4c + 4`. These are the
 /// activations that the even and the odd 16-bit lane of a `vpmaddubsw` against a chunk of
 /// packed weights (`packed.rs`) multiply, so a kernel starts a block's 16-bit sums at them
 /// (shifted left by log2 of the offset) to take a derived offset `k·d` into the integer

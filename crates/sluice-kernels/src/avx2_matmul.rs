@@ -70,7 +70,6 @@ const fn run16(bits: u32, signed: bool) -> usize {
 /// order of the wrapping adds. The whole block is summed in 16 bits, and the float
 /// epilogue is one multiply-add instead of two.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile<
     const NIB: bool,
     const BK: usize,
