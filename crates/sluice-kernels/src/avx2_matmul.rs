@@ -24,12 +24,6 @@ const PREFETCH_AHEAD: usize = 2048;
 /// prefetched once, by the tile of the first half).
 const PREFETCH_ROWS: usize = 4;
 
-/// Activation rows of a tile that takes both halves of a group (`run256`).
-const ROWS_BOTH: usize = 3;
-
-/// Activation rows of a tile that takes one half: compact 5- and 6-bit quants.
-const ROWS_ONE: usize = 4;
-
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
 unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
@@ -245,8 +239,8 @@ unsafe fn tile<
     }
 }
 
-/// One part of a matmul in tiles (`tile`): per group, `ROWS_BOTH` rows against both halves
-/// (`ROWS_ONE` against one half at a time for compact 5- and 6-bit quants), the rest in
+/// One part of a matmul in tiles (`tile`): per group, 3 rows against both halves (4
+/// against one half at a time for compact 5- and 6-bit quants), the rest in
 /// one narrower tile, and 4 rows (a few streams' decode) in one tile so that compact
 /// weights are unpacked once.
 #[inline(always)]
@@ -296,34 +290,31 @@ unsafe fn run256<
                 }
             }};
         }
+        // Full tiles, then the rest in one narrower tile (each row's sums are the same in
+        // any tile); 4 rows left make one tile of 4.
+        macro_rules! tiles {
+            ($kind:ident, $full:literal, $g:expr) => {{
+                let (g, end) = ($g, part.rows.end);
+                let mut i = part.rows.start;
+                while i + $full <= end && end - i != 4 {
+                    tile!($kind, $full, g, i);
+                    i += $full;
+                }
+                match end - i {
+                    0 => {}
+                    1 => tile!($kind, 1, g, i),
+                    2 => tile!($kind, 2, g, i),
+                    3 => tile!($kind, 3, g, i),
+                    _ => tile!($kind, 4, g, i),
+                }
+            }};
+        }
         let compact = crate::packed::high_bits(NIB, BITS) > 0;
-        let end = part.rows.end;
         for g in part.groups.clone() {
-            let mut i = part.rows.start;
-            // The rest in one narrower tile (each row's sums are the same in any tile).
             if compact {
-                while i + ROWS_ONE <= end {
-                    tile!(one, 4, g, i);
-                    i += ROWS_ONE;
-                }
-                match end - i {
-                    0 => {}
-                    1 => tile!(one, 1, g, i),
-                    2 => tile!(one, 2, g, i),
-                    _ => tile!(one, 3, g, i),
-                }
+                tiles!(one, 4, g);
             } else {
-                while i + ROWS_BOTH <= end && end - i != 4 {
-                    tile!(both, 3, g, i);
-                    i += ROWS_BOTH;
-                }
-                match end - i {
-                    0 => {}
-                    1 => tile!(both, 1, g, i),
-                    2 => tile!(both, 2, g, i),
-                    3 => tile!(both, 3, g, i),
-                    _ => tile!(both, 4, g, i),
-                }
+                tiles!(both, 3, g);
             }
         }
     }
