@@ -230,7 +230,8 @@ mod tests {
             let (q, d, s32, s16) = &mut got;
             // SAFETY: the CPU has AVX-512 (checked above).
             unsafe { crate::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
-            assert_eq!(got, want);
+            // Compared as text, as above: a NaN sum is never equal to itself.
+            assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
     }
 
