@@ -71,6 +71,10 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 /// (1 when tiling would not pay).
 pub fn rows_per_tile(g: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
+    if Simd::current() == Simd::Avx512 && g > 0 {
+        return (crate::avx512_rows::QUERIES / g).max(1);
+    }
+    #[cfg(target_arch = "x86_64")]
     if Simd::current() == Simd::Avx2 && g > 0 {
         return (crate::avx2_rows::QUERIES / g).max(1);
     }
@@ -81,8 +85,8 @@ pub fn rows_per_tile(g: usize) -> usize {
 /// Attention of several rows of one slot (consecutive prompt positions) against one KV
 /// head: the `Attn`s share keys, values, head size, scale and soft-cap and differ in
 /// queries and positions. `out` is `tile.len() x g x hd`. Each row's output is exactly
-/// what `attend_group` gives it alone (the AVX2 pass widens each key and value once for
-/// the whole tile).
+/// what `attend_group` gives it alone (the AVX2 and AVX-512 passes widen each key and
+/// value once for the whole tile).
 pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
     assert!(
         !tile.is_empty() && out.len().is_multiple_of(tile.len()),
@@ -91,7 +95,17 @@ pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
     let per = out.len() / tile.len();
     #[cfg(target_arch = "x86_64")]
     if tile.len() > 1
-        && Simd::current() == Simd::Avx2
+        && Simd::current() == Simd::Avx512
+        && tile[0].hd.is_multiple_of(16)
+        && tile.len() * (per / tile[0].hd) <= crate::avx512_rows::QUERIES
+    {
+        // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
+        // the shapes are checked inside.
+        return unsafe { crate::avx512_rows::attend_rows(tile, scores, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if tile.len() > 1
+        && matches!(Simd::current(), Simd::Avx2 | Simd::Avx512)
         && tile[0].hd.is_multiple_of(8)
         && tile.len() * (per / tile[0].hd) <= crate::avx2_rows::QUERIES
     {
@@ -311,8 +325,9 @@ mod tests {
             (64, 4, 700, Some(512usize), None),
             (32, 2, 30, Some(7), Some(5.0)),
             (40, 2, 19, None, None),
+            (48, 3, 40, None, None),
         ] {
-            let rows = rows_per_tile(g).max(2).min(12 / g);
+            let rows = rows_per_tile(g).max(2);
             let stride = (first_end + rows).next_multiple_of(16) + 16;
             let q = noise(rows * g * hd, 31);
             let keys_t = halves(noise(hd * stride, 32).iter().map(|x| x * 3.0).collect());
@@ -335,16 +350,31 @@ mod tests {
             for n in 1..=rows {
                 let mut got = vec![f32::NAN; n * g * hd];
                 attend_rows(&tile[..n], &mut Vec::new(), &mut got);
+                // The AVX2 kernel too where the AVX-512 one takes the tiles.
+                #[cfg(target_arch = "x86_64")]
+                let avx2 = (Simd::current() == Simd::Avx512 && n * g <= crate::avx2_rows::QUERIES)
+                    .then(|| {
+                        let mut got = vec![f32::NAN; n * g * hd];
+                        // SAFETY: the CPU has AVX-512, hence AVX2, FMA and F16C.
+                        unsafe {
+                            crate::avx2_rows::attend_rows(&tile[..n], &mut Vec::new(), &mut got)
+                        };
+                        got
+                    });
+                #[cfg(not(target_arch = "x86_64"))]
+                let avx2: Option<Vec<f32>> = None;
                 for (r, a) in tile[..n].iter().enumerate() {
                     let mut alone = vec![f32::NAN; g * hd];
                     attend_group(a, &mut Vec::new(), &mut alone);
-                    let part = &got[r * g * hd..(r + 1) * g * hd];
-                    assert!(
-                        part.iter()
-                            .zip(&alone)
-                            .all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "hd={hd} g={g} end={first_end} window={window:?}: row {r} of {n}"
-                    );
+                    for got in std::iter::once(&got).chain(&avx2) {
+                        let part = &got[r * g * hd..(r + 1) * g * hd];
+                        assert!(
+                            part.iter()
+                                .zip(&alone)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "hd={hd} g={g} end={first_end} window={window:?}: row {r} of {n}"
+                        );
+                    }
                 }
             }
         }

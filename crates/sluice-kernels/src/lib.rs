@@ -28,6 +28,8 @@ mod avx2_matmul;
 mod avx2_rows;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_rows;
 mod dense;
 mod formats;
 mod linear;

@@ -1,0 +1,202 @@
+//! The AVX-512 kernel of `attend_rows`: `avx2_rows` with 16-lane vectors and twice the
+//! queries per tile, which the 32 vector registers hold. A score pass keeps 12 queries'
+//! 16-position accumulators and one widened key vector (13 registers); a value pass keeps
+//! 12 queries' 32-column accumulators and two widened value vectors (27). Every query's
+//! numbers are those of its row alone (`attention::attend_group`): the same scaled-query
+//! FMAs over `d` for each score, the same softmax over its own positions, the same value
+//! sums over `p` in order, so a row's output does not depend on the rows it is tiled with.
+
+use std::arch::x86_64::*;
+
+use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
+use crate::avx2::prefetch_values;
+
+/// Queries (rows x heads of the group) one tile carries.
+pub(crate) const QUERIES: usize = 24;
+/// Queries one pass over the keys or the values carries.
+const PASS: usize = 12;
+
+/// Attention of every `Attn` in `tile` (one row each, same keys, values, head size, scale
+/// and soft-cap; `g = q.len() / hd` heads each, `tile.len() * g <= QUERIES`, `hd` a
+/// multiple of 16) into `out` (`tile.len() x g x hd`, in tile order).
+///
+/// # Safety
+/// The CPU must have AVX-512F, FMA and F16C. Shapes are checked.
+#[target_feature(enable = "avx512f,fma,f16c")]
+pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
+    let a0 = &tile[0];
+    let hd = a0.hd;
+    let g = a0.q.len() / hd;
+    let nq = tile.len() * g;
+    let ends: Vec<usize> = tile.iter().map(|a| a.values.len() / hd).collect();
+    let min_start = tile.iter().map(|a| a.start).min().expect("a row");
+    let max_start = tile.iter().map(|a| a.start).max().expect("a row");
+    let min_end = *ends.iter().min().expect("a row");
+    let max_end = *ends.iter().max().expect("a row");
+    assert!(
+        hd.is_multiple_of(16)
+            && nq <= QUERIES
+            && out.len() == nq * hd
+            && max_end <= a0.stride
+            && a0.stride.is_multiple_of(KEY_BLOCK)
+            && a0.keys_t.len() >= hd * a0.stride
+            && tile.iter().zip(&ends).all(|(a, &e)| {
+                a.hd == hd
+                    && a.q.len() == g * hd
+                    && a.start < e
+                    && a.stride == a0.stride
+                    && a.keys_t.as_ptr() == a0.keys_t.as_ptr()
+                    && a.values.as_ptr() == a0.values.as_ptr()
+                    && a.scale == a0.scale
+                    && a.softcap == a0.softcap
+            }),
+        "attention tile shapes"
+    );
+    let values = tile[ends.iter().position(|&e| e == max_end).expect("a row")].values;
+    // Whole key blocks: one 16-position vector per dimension.
+    let (p0, p1) = (
+        min_start / KEY_BLOCK * KEY_BLOCK,
+        max_end.next_multiple_of(KEY_BLOCK),
+    );
+    let lp = p1 - p0;
+    scores.clear();
+    scores.resize(QUERIES * lp, 0.0);
+    // Query j = row j / g, head j % g, scaled, at qs[d * QUERIES + j] (zero past nq).
+    let mut qs = vec![0f32; hd * QUERIES];
+    for (r, a) in tile.iter().enumerate() {
+        for (h, q) in a.q.chunks_exact(hd).enumerate() {
+            for (qs, x) in qs.chunks_exact_mut(QUERIES).zip(q) {
+                qs[r * g + h] = x * a.scale;
+            }
+        }
+    }
+    let kp = a0.keys_t.as_ptr() as *const u16;
+    let vp = values.as_ptr() as *const u16;
+    for j0 in (0..nq).step_by(PASS) {
+        for p in (p0..p1).step_by(KEY_BLOCK) {
+            // SAFETY: p + 16 <= p1 <= stride, so the key block of position p is inside
+            // `keys_t`; `qs` has hd * QUERIES values; `scores` has QUERIES * lp and row
+            // j's stores end at p - p0 + 16 <= lp.
+            unsafe {
+                if j0 == 0 {
+                    // The values of these positions, asked for now: the weighted sums
+                    // read them after all the scores.
+                    prefetch_values(vp, p.max(min_start) * hd, (p + KEY_BLOCK).min(max_end) * hd);
+                }
+                let mut acc = [_mm512_setzero_ps(); PASS];
+                let kb = kp.add(key_index(hd, 0, p));
+                for d in 0..hd {
+                    let k = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        kb.add(d * KEY_BLOCK) as *const __m256i
+                    ));
+                    let qd = qs.as_ptr().add(d * QUERIES + j0);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(*qd.add(j)), k, *acc);
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate().take(nq - j0) {
+                    _mm512_storeu_ps(scores.as_mut_ptr().add((j0 + j) * lp + p - p0), *acc);
+                }
+            }
+        }
+    }
+    let mut inv = [0f32; QUERIES];
+    for (j, inv) in inv.iter_mut().enumerate().take(nq) {
+        let (start, end) = (tile[j / g].start, ends[j / g]);
+        let s = &mut scores[j * lp + start - p0..j * lp + end - p0];
+        if let Some(cap) = a0.softcap {
+            for x in s.iter_mut() {
+                *x = cap * (*x / cap).tanh();
+            }
+        }
+        *inv = softmax_unnormalised(s);
+    }
+    // Query j takes positions start_j..end_j: all queries between max_start and min_end,
+    // each its own outside.
+    let range: [(usize, usize); QUERIES] = std::array::from_fn(|j| {
+        if j < nq {
+            (tile[j / g].start, ends[j / g])
+        } else {
+            (0, 0)
+        }
+    });
+    let common = (max_start, min_end.max(max_start));
+    // Values, 12 queries at a time over 32 columns (two value vectors per broadcast
+    // weight), the last 16 columns alone when hd is not a multiple of 32.
+    for j0 in (0..nq).step_by(PASS) {
+        let mut c0 = 0;
+        while c0 < hd {
+            let two = c0 + 32 <= hd;
+            // SAFETY: every value row p < max_end has hd halves inside `values`, and
+            // c0 + 16 (c0 + 32 when `two`) <= hd; weights are read inside `scores`.
+            unsafe {
+                let w = scores.as_ptr().add(j0 * lp).wrapping_sub(p0);
+                let at = vp.add(c0);
+                let mut acc = [[_mm512_setzero_ps(); 2]; PASS];
+                // Positions before and after the common range: each query its own.
+                let own = |p: usize| -> [__mmask16; PASS] {
+                    std::array::from_fn(|j| {
+                        let mine = j0 + j < nq && range[j0 + j].0 <= p && p < range[j0 + j].1;
+                        if mine { 0xFFFF } else { 0 }
+                    })
+                };
+                // In order of position, as each row alone sums them.
+                for p in min_start..common.0 {
+                    acc = weigh(acc, w, lp, at, hd, p, two, own(p));
+                }
+                for p in common.0..common.1 {
+                    acc = weigh(acc, w, lp, at, hd, p, two, [0xFFFF; PASS]);
+                }
+                for p in common.1..max_end {
+                    acc = weigh(acc, w, lp, at, hd, p, two, own(p));
+                }
+                for (j, acc) in acc.iter().enumerate().take(nq - j0) {
+                    let o = out.as_mut_ptr().add((j0 + j) * hd + c0);
+                    let inv = _mm512_set1_ps(inv[j0 + j]);
+                    _mm512_storeu_ps(o, _mm512_mul_ps(acc[0], inv));
+                    if two {
+                        _mm512_storeu_ps(o.add(16), _mm512_mul_ps(acc[1], inv));
+                    }
+                }
+            }
+            c0 += if two { 32 } else { 16 };
+        }
+    }
+}
+
+/// Adds position `p`'s values (columns `at[p * hd..]`, 16 or 32 of them with `two`) times
+/// each query's weight (`w[j * lp + p]`) to its accumulators, where `mask` lets it.
+/// Taking and returning the accumulators by value keeps them in registers.
+///
+/// # Safety
+/// As `attend_rows`: position `p`'s values and every weight read are in bounds.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weigh(
+    mut acc: [[__m512; 2]; PASS],
+    w: *const f32,
+    lp: usize,
+    at: *const u16,
+    hd: usize,
+    p: usize,
+    two: bool,
+    mask: [__mmask16; PASS],
+) -> [[__m512; 2]; PASS] {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let at = at.add(p * hd);
+        let v0 = _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i));
+        let v1 = if two {
+            _mm512_cvtph_ps(_mm256_loadu_si256(at.add(16) as *const __m256i))
+        } else {
+            v0
+        };
+        let wp = w.wrapping_add(p);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let wj = _mm512_set1_ps(*wp.add(j * lp));
+            acc[0] = _mm512_mask3_fmadd_ps(wj, v0, acc[0], mask[j]);
+            acc[1] = _mm512_mask3_fmadd_ps(wj, v1, acc[1], mask[j]);
+        }
+        acc
+    }
+}
