@@ -181,11 +181,27 @@ unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
     }
 }
 
-/// AVX-512: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
-/// every head of the group), then the values in 64-wide column strips.
+/// AVX-512: 16 positions' scores at a time for the heads of the group, up to 4 at a time
+/// (one f16 key row load feeds each of them), then the values in 64-wide column strips.
+/// A decode step reads a slot's keys and values from memory: the next key block and this
+/// block's values are asked for while the scores are taken.
 #[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
 pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
-    const H: usize = 4;
+    // SAFETY: forwarded (the features are this function's).
+    unsafe {
+        match a.q.len() / a.hd {
+            1 => attend_heads::<1>(a, scores, out),
+            2 => attend_heads::<2>(a, scores, out),
+            3 => attend_heads::<3>(a, scores, out),
+            _ => attend_heads::<4>(a, scores, out),
+        }
+    }
+}
+
+/// `attend` taking the group's heads `H` at a time (a smaller group in one pass with no
+/// idle lanes).
+#[inline(always)]
+unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     let hd = a.hd;
     let g = a.q.len() / hd;
     let len = a.values.len() / hd;
@@ -202,29 +218,42 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     scores.resize(g.next_multiple_of(H) * lp, 0.0);
     let kp = a.keys_t.as_ptr() as *const u16;
     let vp = a.values.as_ptr() as *const u16;
+    // The pass's queries, scaled, as `qs[d * H + h]` (zero past the group's heads).
+    let mut qs = vec![0f32; hd * H];
     for h0 in (0..g).step_by(H) {
         let gh = (g - h0).min(H);
-        let qd = |h: usize, d: usize| {
-            if h < gh {
-                a.q[(h0 + h) * hd + d] * a.scale
-            } else {
-                0.0
+        for (d, qs) in qs.chunks_exact_mut(H).enumerate() {
+            for (h, q) in qs.iter_mut().enumerate() {
+                *q = if h < gh {
+                    a.q[(h0 + h) * hd + d] * a.scale
+                } else {
+                    0.0
+                };
             }
-        };
+        }
         let mut p = 0;
         while p < len {
             // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so key
             // block p / 16, which holds the 16 keys of every dimension d < hd, is inside
-            // `keys_t`; scores has H * lp room.
+            // `keys_t`; scores has H * lp room; prefetches never fault.
             unsafe {
-                let mut acc = [_mm512_setzero_ps(); H];
                 let kb = kp.add(key_index(hd, 0, p));
+                if h0 == 0 {
+                    for at in (0..hd * KEY_BLOCK).step_by(32) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            kb.wrapping_add(hd * KEY_BLOCK + at) as *const i8
+                        );
+                    }
+                    crate::avx2::prefetch_values(vp, p * hd, (p + 16).min(len) * hd);
+                }
+                let mut acc = [_mm512_setzero_ps(); H];
                 for d in 0..hd {
                     let k = _mm512_cvtph_ps(_mm256_loadu_si256(
                         kb.add(d * KEY_BLOCK) as *const __m256i
                     ));
                     for (h, acc) in acc.iter_mut().enumerate() {
-                        *acc = _mm512_fmadd_ps(_mm512_set1_ps(qd(h, d)), k, *acc);
+                        *acc =
+                            _mm512_fmadd_ps(_mm512_set1_ps(*qs.get_unchecked(d * H + h)), k, *acc);
                     }
                 }
                 for (h, acc) in acc.iter().enumerate() {
