@@ -18,11 +18,11 @@ use crate::packed::{GROUP, PackedMatrix, Part};
 /// streams each small matrix from memory once, and the hardware prefetcher ramps up too
 /// late for matrices of a few hundred KB: prefetching 2 KB ahead made a decode step's
 /// layers 15% faster (`benches/forward`, SmolLM2 and Gemma 3); 1 and 4 KB did no better.
-const PREFETCH_AHEAD: usize = 2048;
+pub(crate) const PREFETCH_AHEAD: usize = 2048;
 
 /// Activation rows up to which a matmul is bound by reading its weights (each block is
 /// prefetched once, by the tile of the first half).
-const PREFETCH_ROWS: usize = 4;
+pub(crate) const PREFETCH_ROWS: usize = 4;
 
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
