@@ -3,7 +3,7 @@
 
 use crate::model::TokenRow;
 use crate::model::fake::FakeModel;
-use crate::worker_tests::{chain, config, drain, engine, engine_held_at, wait_idle};
+use crate::worker_tests::{chain, config, drain, engine, engine_held_at, engine_of, wait_idle};
 use crate::{EngineConfig, Event, FinishReason, ReloadMode, ValidRequest};
 
 fn small_batches(slots: usize, context: usize) -> EngineConfig {
@@ -46,6 +46,38 @@ fn a_long_prompt_is_prefilled_in_chunks_while_the_others_keep_decoding() {
         .map(|r| r.pos)
         .collect();
     assert_eq!(positions, (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_prompt_weighs_its_late_rows_only_beside_decoding_streams() {
+    // A row at position p costs 1 + p / 8 of the budget of 18 while a stream decodes.
+    let lone = engine_of(
+        FakeModel::new(1).with_break_even(8),
+        0,
+        small_batches(2, 128),
+    );
+    let first = lone.hold(ValidRequest::greedy(cycle(18), 1));
+    lone.release.send(()).unwrap();
+    assert_eq!(drain(first).0, chain(18, 1, 1));
+    // Alone, the whole budget in rows: one step.
+    assert_eq!(lone.calls.lock().unwrap()[0].len(), 18);
+
+    let h = engine_of(
+        FakeModel::new(1).with_break_even(8),
+        0,
+        small_batches(2, 128),
+    );
+    let running = h.hold(ValidRequest::greedy(vec![1], 8));
+    let long = h.e.submit(ValidRequest::greedy(cycle(18), 1)).unwrap();
+    h.release.send(()).unwrap();
+    assert_eq!(drain(long).0, chain(18, 1, 1));
+    drain(running);
+    let calls = h.calls.lock().unwrap();
+    // Beside the decode row, 17 units (136 eighths) a step: positions 0..10 (Σ (8 + p) =
+    // 125 eighths; 11 rows would take 143), then 10..16 (123; 7 rows would take 147),
+    // then 16..18.
+    let chunks: Vec<usize> = calls[1..=3].iter().map(|c| rows_of(c, 1).len()).collect();
+    assert_eq!(chunks, vec![10, 6, 2]);
 }
 
 #[test]

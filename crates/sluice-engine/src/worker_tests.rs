@@ -54,9 +54,14 @@ pub(crate) fn engine(step: u32, config: EngineConfig) -> Held {
 
 /// As `engine`, holding forward call number `at` instead of the first.
 pub(crate) fn engine_held_at(at: usize, step: u32, config: EngineConfig) -> Held {
+    engine_of(FakeModel::new(step), at, config)
+}
+
+/// As `engine_held_at`, on a given fake model.
+pub(crate) fn engine_of(model: FakeModel, at: usize, config: EngineConfig) -> Held {
     let (release, gate) = channel();
     let (entered_tx, entered) = channel();
-    let model = FakeModel::new(step).held(at, entered_tx, gate);
+    let model = model.held(at, entered_tx, gate);
     let calls = model.calls.clone();
     let e = EngineHandle::start(Box::new(model), tokenizer(), config);
     Held {

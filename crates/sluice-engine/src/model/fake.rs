@@ -49,6 +49,13 @@ impl FakeModel {
         }
     }
 
+    /// With `Shape::attention_break_even` = `b` (prompt rows late in a prompt cost more of
+    /// a step's budget: `scheduler::chunk_rows`).
+    pub fn with_break_even(mut self, b: usize) -> Self {
+        self.shape.attention_break_even = b;
+        self
+    }
+
     /// Makes forward call number `at` (0: the first) send on `entered`, then wait until
     /// `release` receives (or its sender drops).
     pub fn held(mut self, at: usize, entered: Sender<()>, release: Receiver<()>) -> Self {

@@ -111,7 +111,13 @@ impl Worker {
         }
         let decode_rows = rows.len();
         let mut budget = self.config.max_batch_tokens.saturating_sub(decode_rows);
-        let break_even = self.model.shape().attention_break_even;
+        // Rows late in a prompt weigh more only to keep the decoding streams' steps short;
+        // with none decoding, nothing waits on this step: a prompt row is one token.
+        let break_even = if decode_rows == 0 {
+            0
+        } else {
+            self.model.shape().attention_break_even
+        };
         for (s, part) in seqs.iter().zip(&mut parts) {
             if !s.is_prefilling() || budget == 0 {
                 continue;
