@@ -8,7 +8,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
+use crate::attention::{Attn, KEY_BLOCK, key_index};
+use crate::attention_tile::Tile;
 use crate::avx2::prefetch_values;
 
 /// Queries (rows x heads of the group) one tile carries.
@@ -24,35 +25,10 @@ const PASS: usize = 12;
 /// The CPU must have AVX-512F, FMA and F16C. Shapes are checked.
 #[target_feature(enable = "avx512f,fma,f16c")]
 pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
-    let a0 = &tile[0];
-    let hd = a0.hd;
-    let g = a0.q.len() / hd;
-    let nq = tile.len() * g;
-    let ends: Vec<usize> = tile.iter().map(|a| a.values.len() / hd).collect();
-    let min_start = tile.iter().map(|a| a.start).min().expect("a row");
-    let max_start = tile.iter().map(|a| a.start).max().expect("a row");
-    let min_end = *ends.iter().min().expect("a row");
-    let max_end = *ends.iter().max().expect("a row");
-    assert!(
-        hd.is_multiple_of(16)
-            && nq <= QUERIES
-            && out.len() == nq * hd
-            && max_end <= a0.stride
-            && a0.stride.is_multiple_of(KEY_BLOCK)
-            && a0.keys_t.len() >= hd * a0.stride
-            && tile.iter().zip(&ends).all(|(a, &e)| {
-                a.hd == hd
-                    && a.q.len() == g * hd
-                    && a.start < e
-                    && a.stride == a0.stride
-                    && a.keys_t.as_ptr() == a0.keys_t.as_ptr()
-                    && a.values.as_ptr() == a0.values.as_ptr()
-                    && a.scale == a0.scale
-                    && a.softcap == a0.softcap
-            }),
-        "attention tile shapes"
-    );
-    let values = tile[ends.iter().position(|&e| e == max_end).expect("a row")].values;
+    let t = Tile::new(tile, QUERIES, KEY_BLOCK, out.len());
+    let (a0, hd, nq) = (&tile[0], t.hd, t.nq);
+    let (min_start, max_end) = (t.min_start, t.max_end);
+    let values = t.values();
     // Whole key blocks: one 16-position vector per dimension.
     let (p0, p1) = (
         min_start / KEY_BLOCK * KEY_BLOCK,
@@ -61,15 +37,7 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
     let lp = p1 - p0;
     scores.clear();
     scores.resize(QUERIES * lp, 0.0);
-    // Query j = row j / g, head j % g, scaled, at qs[d * QUERIES + j] (zero past nq).
-    let mut qs = vec![0f32; hd * QUERIES];
-    for (r, a) in tile.iter().enumerate() {
-        for (h, q) in a.q.chunks_exact(hd).enumerate() {
-            for (qs, x) in qs.chunks_exact_mut(QUERIES).zip(q) {
-                qs[r * g + h] = x * a.scale;
-            }
-        }
-    }
+    let qs = t.scaled_queries(QUERIES);
     let kp = a0.keys_t.as_ptr() as *const u16;
     let vp = values.as_ptr() as *const u16;
     for j0 in (0..nq).step_by(PASS) {
@@ -100,27 +68,11 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
             }
         }
     }
-    let mut inv = [0f32; QUERIES];
-    for (j, inv) in inv.iter_mut().enumerate().take(nq) {
-        let (start, end) = (tile[j / g].start, ends[j / g]);
-        let s = &mut scores[j * lp + start - p0..j * lp + end - p0];
-        if let Some(cap) = a0.softcap {
-            for x in s.iter_mut() {
-                *x = cap * (*x / cap).tanh();
-            }
-        }
-        *inv = softmax_unnormalised(s);
-    }
+    let inv: [f32; QUERIES] = t.softmax(scores, lp, p0);
     // Query j takes positions start_j..end_j: all queries between max_start and min_end,
     // each its own outside.
-    let range: [(usize, usize); QUERIES] = std::array::from_fn(|j| {
-        if j < nq {
-            (tile[j / g].start, ends[j / g])
-        } else {
-            (0, 0)
-        }
-    });
-    let common = (max_start, min_end.max(max_start));
+    let range: [(usize, usize); QUERIES] = t.ranges();
+    let common = t.common();
     // Values, 12 queries at a time over 32 columns (two value vectors per broadcast
     // weight), the last 16 columns alone when hd is not a multiple of 32.
     for j0 in (0..nq).step_by(PASS) {

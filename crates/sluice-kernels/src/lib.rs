@@ -19,6 +19,8 @@ mod acts;
 mod alloc;
 mod attention;
 #[cfg(target_arch = "x86_64")]
+mod attention_tile;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_acts;
