@@ -8,7 +8,8 @@ use std::arch::x86_64::*;
 
 use crate::attention::{Attn, KEY_BLOCK, key_index};
 
-/// Prefetches the f16 values `vp[lo..hi]` into L1, a cache line (32 values) at a time.
+/// Prefetches the f16 values (or keys) `vp[lo..hi]` into L1, a cache line (32 halves) at a
+/// time.
 /// A prefetch never faults, so the addresses need not be in bounds.
 #[inline(always)]
 pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {

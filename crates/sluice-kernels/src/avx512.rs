@@ -7,6 +7,7 @@ use std::arch::x86_64::*;
 
 use crate::acts::{ABLOCK, Out, QuantActs};
 use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
+use crate::avx2::prefetch_values;
 use crate::avx2_matmul::{PREFETCH_AHEAD, PREFETCH_ROWS};
 use crate::packed::{GROUP, PackedMatrix, Part, ROWS};
 
@@ -259,12 +260,10 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
             unsafe {
                 let kb = kp.add(key_index(hd, 0, p));
                 if h0 == 0 {
-                    for at in (0..hd * KEY_BLOCK).step_by(32) {
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            kb.wrapping_add(hd * KEY_BLOCK + at) as *const i8
-                        );
-                    }
-                    crate::avx2::prefetch_values(vp, p * hd, (p + 16).min(len) * hd);
+                    // The next key block (contiguous halves), and this block's values.
+                    let next = key_index(hd, 0, p) + hd * KEY_BLOCK;
+                    prefetch_values(kp, next, next + hd * KEY_BLOCK);
+                    prefetch_values(vp, p * hd, (p + 16).min(len) * hd);
                 }
                 let mut acc = [_mm512_setzero_ps(); H];
                 for d in 0..hd {
