@@ -69,30 +69,92 @@ unsafe fn tile512<const NIB: bool, const BK: usize, const R: usize>(
             }
             let (dp, mp) = p.scales(g, b);
             let (dw, mw) = (lanes512(dp, p.half), lanes512(mp, p.half));
-            for (k, acc) in acc.iter_mut().enumerate() {
-                let row = i0 + k;
-                let x = xq.add(row * cols + b * BK) as *const i32;
-                let mut s0 = _mm512_setzero_si512();
-                let mut s1 = _mm512_setzero_si512();
-                let mut c = 0;
-                while c < chunks {
-                    s0 =
-                        _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(x.add(c).read_unaligned()));
-                    s1 = _mm512_dpbusd_epi32(
-                        s1,
-                        w[c + 1],
-                        _mm512_set1_epi32(x.add(c + 1).read_unaligned()),
-                    );
-                    c += 2;
+            // A macro, not a closure: a closure does not inherit the caller's target
+            // features and was not inlined (25x slower).
+            macro_rules! at {
+                ($k:expr, $acc:expr) => {{
+                    let row = i0 + $k;
+                    let x = xq.add(row * cols + b * BK) as *const i32;
+                    let da = *a.d.get_unchecked((row * cols + b * BK) / 32);
+                    let s = *sums.get_unchecked(row * nb + b);
+                    row_block::<BK>(R == 1, $acc, &w, x, dw, mw, da, s)
+                }};
+            }
+            const { assert!(ROWS == 8) };
+            if R == ROWS {
+                // Unrolled by hand so the accumulators stay in registers: as a loop, LLVM
+                // kept them on the stack and every block paid a store and a reload per
+                // row (a third of the kernel's samples).
+                macro_rules! rows {
+                    ($($k:literal)*) => { $(acc[$k] = at!($k, acc[$k]);)* };
                 }
-                let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-                let da = *a.d.get_unchecked((row * cols + b * BK) / 32);
-                let s = *sums.get_unchecked(row * nb + b);
-                *acc = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, _mm512_set1_ps(da)), *acc);
-                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(s), *acc);
+                rows!(0 1 2 3 4 5 6 7);
+            } else {
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    *acc = at!(k, *acc);
+                }
             }
         }
         acc
+    }
+}
+
+/// One activation row against one block of a group: the block's integer sums, scaled,
+/// added to `acc` (taken and returned by value so it stays in a register).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_block<const BK: usize>(
+    lone: bool,
+    acc: __m512,
+    w: &[__m512i; 8],
+    x: *const i32,
+    dw: __m512,
+    mw: __m512,
+    da: f32,
+    s: f32,
+) -> __m512 {
+    // SAFETY: `x` points at the row's BK activation bytes (checked by the caller).
+    unsafe {
+        // Rows of a tile are independent chains enough; a lone row (decode) splits its
+        // sum in two to halve the chain of `vpdpbusd` latencies.
+        let mut sum = [_mm512_setzero_si512(); 2];
+        for (c, wc) in w.iter().enumerate().take(BK / 4) {
+            let k = if lone { c % 2 } else { 0 };
+            sum[k] = _mm512_dpbusd_epi32(sum[k], *wc, _mm512_set1_epi32(x.add(c).read_unaligned()));
+        }
+        let sum = if lone {
+            _mm512_add_epi32(sum[0], sum[1])
+        } else {
+            sum[0]
+        };
+        let isum = _mm512_cvtepi32_ps(sum);
+        let acc = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
+        _mm512_fmadd_ps(mw, _mm512_set1_ps(s), acc)
+    }
+}
+
+/// Writes group `g`'s 16 lanes of activation row `i` to `y`: straight for the groups
+/// before `full` (all 16 rows real; copying each through `store` was 1.5% of a SmolLM2
+/// prefill), through `PackedMatrix::store` for the last, partial one.
+#[inline(always)]
+unsafe fn put(
+    p: &PackedMatrix,
+    full: usize,
+    g: usize,
+    i: usize,
+    v: __m512,
+    y: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: in bounds and exclusive by the caller's contract (`matmul_groups_at`).
+    unsafe {
+        if g < full {
+            _mm512_storeu_ps(y.add(i * stride + g * GROUP), v);
+            return;
+        }
+        let mut lanes = [0f32; GROUP];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), v);
+        p.store(g, i, &lanes, y, stride);
     }
 }
 
@@ -104,33 +166,22 @@ unsafe fn run512<const NIB: bool, const BK: usize>(
     y: *mut f32,
     stride: usize,
 ) {
-    // SAFETY (whole body): as in `tile512`; `store` writes inside the caller's range.
+    // SAFETY (whole body): as in `tile512`; `put` writes inside the caller's range.
     unsafe {
-        let mut lanes = [0f32; GROUP];
-        // Groups before `full` have all 16 rows: their lanes go straight to `y` (copying
-        // each through `store` was 1.5% of a SmolLM2 prefill).
         let full = p.rows() / GROUP;
-        let mut put = |g: usize, i: usize, v: __m512| {
-            if g < full {
-                _mm512_storeu_ps(y.add(i * stride + g * GROUP), v);
-                return;
-            }
-            _mm512_storeu_ps(lanes.as_mut_ptr(), v);
-            p.store(g, i, &lanes, y, stride);
-        };
         let end = part.rows.end;
         for g in part.groups.clone() {
             let mut i = part.rows.start;
             while i + ROWS <= end {
                 let acc = tile512::<NIB, BK, ROWS>(p, a, g, i);
                 for (k, v) in acc.iter().enumerate() {
-                    put(g, i + k, *v);
+                    put(p, full, g, i + k, *v, y, stride);
                 }
                 i += ROWS;
             }
             while i < end {
                 let acc = tile512::<NIB, BK, 1>(p, a, g, i);
-                put(g, i, acc[0]);
+                put(p, full, g, i, acc[0], y, stride);
                 i += 1;
             }
         }
