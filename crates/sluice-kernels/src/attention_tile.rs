@@ -79,10 +79,12 @@ impl<'t, 'a> Tile<'t, 'a> {
     #[inline(always)]
     pub fn scaled_queries(&self, queries: usize) -> Vec<f32> {
         let mut qs = vec![0f32; self.hd * queries];
-        for (r, a) in self.tile.iter().enumerate() {
-            for (h, q) in a.q.chunks_exact(self.hd).enumerate() {
-                for (qs, x) in qs.chunks_exact_mut(queries).zip(q) {
-                    qs[r * self.g + h] = x * a.scale;
+        // Written in order, read across: the other way round LLVM made the loop
+        // scatter stores, 7% of a prompt's attention.
+        for (d, qs) in qs.chunks_exact_mut(queries).enumerate() {
+            for (r, a) in self.tile.iter().enumerate() {
+                for h in 0..self.g {
+                    qs[r * self.g + h] = a.q[h * self.hd + d] * a.scale;
                 }
             }
         }
