@@ -7,9 +7,9 @@
 //! the offset inside the integer sum instead, from each block's *lane sums* (`l32`, `l16`:
 //! `lane_sums`).
 
-use crate::threads::Chunks;
-
+use crate::acts_tiles::{FOLDS, Rows, TILE, Tiles, TilesOut};
 use crate::simd::Simd;
+use crate::threads::Chunks;
 
 /// Values per activation block.
 pub const ABLOCK: usize = 32;
@@ -33,6 +33,8 @@ pub struct QuantActs {
     pub l32: Vec<i32>,
     /// Lane sums of each half-block of 16 (`n x cols/16`).
     pub l16: Vec<i32>,
+    /// The whole tiles of 8 rows, laid out for the AVX-512 kernel (empty below it).
+    pub(crate) tiles: Tiles,
 }
 
 impl QuantActs {
@@ -67,6 +69,20 @@ impl QuantActs {
         let s16 = Chunks::new(&mut self.s16, rows * nb * 2);
         let l32 = Chunks::new(&mut self.l32, rows * nb);
         let l16 = Chunks::new(&mut self.l16, rows * nb * 2);
+        // Tiles: a task's rows are whole tiles but for the last task's.
+        let tiled = level == Simd::Avx512 && n >= TILE;
+        self.tiles.resize(if tiled { n / TILE } else { 0 }, cols);
+        let per = (rows / TILE).max(1) * TILE;
+        let t = &mut self.tiles;
+        let tq = Chunks::new(&mut t.q, per * cols);
+        let td = Chunks::new(&mut t.d, per * nb);
+        let ts32 = Chunks::new(&mut t.s32, per * nb);
+        let ts16 = Chunks::new(&mut t.s16, per * nb * 2);
+        let tz: Vec<Chunks<i32>> =
+            t.z.iter_mut()
+                .zip(FOLDS)
+                .map(|(z, (bk, _))| Chunks::new(z, per * cols / bk))
+                .collect();
         crate::threads::for_each(n.div_ceil(rows), |i| {
             let x = &x[i * rows * cols..((i + 1) * rows * cols).min(x.len())];
             // SAFETY: task `i` is the only one that takes chunk `i` of each output.
@@ -96,6 +112,27 @@ impl QuantActs {
                     crate::avx2_acts::lane_sums(out.q, l32, l16)
                 },
                 _ => lane_sums(out.q, l32, l16),
+            }
+            if tiled {
+                // SAFETY: as above.
+                let t = unsafe {
+                    TilesOut {
+                        q: tq.get(i),
+                        d: td.get(i),
+                        s32: ts32.get(i),
+                        s16: ts16.get(i),
+                        z: std::array::from_fn(|k| tz[k].get(i)),
+                    }
+                };
+                let rows = Rows {
+                    q: out.q,
+                    d: out.d,
+                    s32: out.s32,
+                    s16: out.s16,
+                    l32,
+                    l16,
+                };
+                crate::acts_tiles::build(t, rows, cols);
             }
         });
     }

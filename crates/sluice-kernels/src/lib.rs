@@ -16,6 +16,7 @@
 
 mod activation;
 mod acts;
+mod acts_tiles;
 mod alloc;
 mod attention;
 #[cfg(target_arch = "x86_64")]
@@ -30,6 +31,8 @@ mod avx2_matmul;
 mod avx2_rows;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_matmul;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
 mod dense;

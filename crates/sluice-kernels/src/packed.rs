@@ -20,9 +20,10 @@
 //! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
-//! (`acts.rs`). Where the offset is `-2^s·d` (Q4_0, Q5_0, Q6_K below AVX-512,
-//! `folded_shift`), it is taken inside the integer sum instead: `y = Σ_blocks
-//! d_w·d_a·((u - 2^s)·q_a)`, one multiply-add per block. Integer sums are exact, and each
+//! (`acts.rs`). Where the offset is `-2^s·d` (Q4_0, Q5_0, Q6_K in the AVX2 kernel's 16-bit
+//! sums, `folded_shift`; those and Q8_0 in the AVX-512 kernel's 32-bit sums, `fold512`),
+//! it is taken inside the integer sum instead: `y = Σ_blocks d_w·d_a·((u - 2^s)·q_a)`,
+//! one multiply-add per block. Integer sums are exact, and each
 //! output is computed in the same order whatever the batch size, so a sequence gets the
 //! same numbers alone or in a batch.
 
@@ -38,8 +39,6 @@ use crate::simd::Simd;
 pub const GROUP: usize = 16;
 /// Bytes per chunk (16 rows x 4 quants).
 const CHUNK: usize = 64;
-/// Activation rows that share one unpacked weight block.
-pub(crate) const ROWS: usize = 8;
 
 /// The share of one matmul that one task computes: the weight rows of groups `groups`
 /// against activation rows `rows`.
@@ -144,7 +143,6 @@ impl PackedMatrix {
             m.iter_mut().for_each(|v| *v = 0.0);
         }
         let k = match dtype {
-            _ if Simd::current() == Simd::Avx512 => None,
             _ if signed => Some(0.0),
             GgmlDType::Q4_0 => Some(-8.0),
             GgmlDType::Q5_0 => Some(-16.0),
@@ -422,9 +420,11 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512 if !self.signed && self.high() == 0 && self.m_of_d.is_none() => unsafe {
-                crate::avx512::packed_groups(self, a, part, y, stride)
-            },
+            Simd::Avx512
+                if !self.signed
+                    && self.high() == 0
+                    && (self.m_of_d.is_none() || fold512(self).is_some()) =>
+            unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold512(self)) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2).
             Simd::Avx512 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
@@ -470,6 +470,16 @@ pub(crate) fn folded_shift(p: &PackedMatrix) -> i32 {
         Some(k) if !p.signed && p.bits <= 6 && fits && k == -((1 << s) as f32) => s,
         _ => 0,
     }
+}
+
+/// The `acts_tiles::FOLDS` entry of a derived offset `-2^s·d` that the AVX-512 kernel
+/// takes inside its 32-bit integer sums (any such offset fits there: `|u - 2^s| ≤ 2^s`
+/// and `bk · 2^s · 127 < 2^31`); `None` when the offset is stored or is not of that form.
+pub(crate) fn fold512(p: &PackedMatrix) -> Option<usize> {
+    let k = p.m_of_d?;
+    crate::acts_tiles::FOLDS
+        .iter()
+        .position(|&(bk, s)| bk == p.bk && k == -((1u32 << s) as f32))
 }
 
 /// Bits above the nibble in the high plane of quants of `bits` bits (none unless packed

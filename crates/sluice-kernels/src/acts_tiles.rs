@@ -1,0 +1,138 @@
+//! Activation rows in tiles of 8, the layout the AVX-512 many-row matmul reads
+//! (`avx512_matmul::tile`).
+//!
+//! A tile holds 8 consecutive rows. Its quants are stored block by block: for each block
+//! of 32 columns, the 8 rows' 32 bytes one after the other (256 bytes). Row `k`'s 4 bytes
+//! of chunk `c` in block `b` are then at a fixed distance `256·b + 32·k + 4·c` from the
+//! tile's start, so the kernel reaches all 8 rows from one pointer with constant
+//! displacements. Read row-major, each row needed its own pointer and an indexed address,
+//! which the CPU splits into two micro-ops per `vpdpbusd` (a C model of the kernel on
+//! this machine: 184 -> 214 GMAC/s from the layout alone). The scales and block sums are
+//! stored the same way (`[tile][block][row]`).
+//!
+//! For weights whose offset is `-2^s·d` (Q4_0, Q5_0, Q8_0 packed as `q + 128`, Q6_K:
+//! `FOLDS`), the kernel takes the offset inside the integer sum by starting each block's
+//! sum at `-2^s·Σq` of the row's block, which `z` holds ready for each such `(bk, s)`: a
+//! broadcast load, where the float offset term was one multiply-add per row and block
+//! (another 214 -> 235 GMAC/s in the C model).
+
+use crate::acts::ABLOCK;
+
+/// Rows per tile.
+pub(crate) const TILE: usize = 8;
+
+/// The (block size, shift) pairs of the offsets `-2^s·d` that the AVX-512 kernel takes
+/// inside the integer sum: Q4_0 (32, 3), Q5_0 (32, 4), Q8_0 (32, 7), Q6_K (16, 5).
+pub(crate) const FOLDS: [(usize, u32); 4] = [(32, 3), (32, 4), (32, 7), (16, 5)];
+
+/// The whole tiles of a `QuantActs` (rows past the last whole tile are only row-major).
+#[derive(Debug, Default)]
+pub struct Tiles {
+    /// Whole tiles.
+    pub(crate) n: usize,
+    /// Quants, `[tile][block of 32][row][32]`.
+    pub(crate) q: Vec<i8>,
+    /// Scale of each block of 32, `[tile][block][row]`.
+    pub(crate) d: Vec<f32>,
+    /// `d · Σq` over each block of 32, `[tile][block][row]`.
+    pub(crate) s32: Vec<f32>,
+    /// `d · Σq` over each block of 16, `[tile][block of 16][row]`.
+    pub(crate) s16: Vec<f32>,
+    /// `-2^s · Σq` over each block of `bk` for each `FOLDS` entry, `[tile][block][row]`.
+    pub(crate) z: [Vec<i32>; FOLDS.len()],
+}
+
+impl Tiles {
+    /// Sizes the buffers for `tiles` tiles of rows of `cols` values.
+    pub(crate) fn resize(&mut self, tiles: usize, cols: usize) {
+        let nb = cols / ABLOCK;
+        self.n = tiles;
+        self.q.resize(tiles * TILE * cols, 0);
+        self.d.resize(tiles * TILE * nb, 0.0);
+        self.s32.resize(tiles * TILE * nb, 0.0);
+        self.s16.resize(tiles * TILE * nb * 2, 0.0);
+        for (z, (bk, _)) in self.z.iter_mut().zip(FOLDS) {
+            z.resize(tiles * TILE * cols / bk, 0);
+        }
+    }
+
+    /// Sums by blocks of `bk` (16 or 32).
+    #[inline(always)]
+    pub(crate) fn sums(&self, bk: usize) -> &[f32] {
+        if bk == 16 { &self.s16 } else { &self.s32 }
+    }
+}
+
+/// The tile slices one quantisation task fills.
+pub(crate) struct TilesOut<'a> {
+    pub q: &'a mut [i8],
+    pub d: &'a mut [f32],
+    pub s32: &'a mut [f32],
+    pub s16: &'a mut [f32],
+    pub z: [&'a mut [i32]; FOLDS.len()],
+}
+
+/// Lays out the whole tiles of some rows (row-major `q`, `d`, `s32`, `s16`, and the lane
+/// sums `l32`, `l16` of `acts::lane_sums`, of rows of `cols` values) into `t`.
+pub(crate) fn build(t: TilesOut, rows: Rows, cols: usize) {
+    let nb = cols / ABLOCK;
+    let tiles = rows.q.len() / cols / TILE;
+    let TilesOut {
+        q: tq,
+        d: td,
+        s32: ts32,
+        s16: ts16,
+        mut z,
+    } = t;
+    // -Σq of a block from its lane sums: two negated 16-bit halves.
+    let neg_sum = |l: i32| (l as i16 as i32) + (l >> 16);
+    // Written in order (the rows of a tile are read at a stride): scattered writes were
+    // 2.5% of a SmolLM2 prefill.
+    for tt in 0..tiles {
+        let r0 = tt * TILE;
+        let rq = &rows.q[r0 * cols..][..TILE * cols];
+        let out = &mut tq[r0 * cols..][..TILE * cols];
+        for (b, out) in out.chunks_exact_mut(TILE * ABLOCK).enumerate() {
+            for (k, o) in out.chunks_exact_mut(ABLOCK).enumerate() {
+                o.copy_from_slice(&rq[k * cols + b * ABLOCK..][..ABLOCK]);
+            }
+        }
+        let lay = |from: &[f32], to: &mut [f32], blocks: usize| {
+            let from = &from[r0 * blocks..][..TILE * blocks];
+            for (b, o) in to[r0 * blocks..][..TILE * blocks]
+                .chunks_exact_mut(TILE)
+                .enumerate()
+            {
+                for (k, o) in o.iter_mut().enumerate() {
+                    *o = from[k * blocks + b];
+                }
+            }
+        };
+        lay(rows.d, td, nb);
+        lay(rows.s32, ts32, nb);
+        lay(rows.s16, ts16, 2 * nb);
+        for (zs, (bk, s)) in z.iter_mut().zip(FOLDS) {
+            let blocks = cols / bk;
+            let lanes = if bk == 32 { rows.l32 } else { rows.l16 };
+            let from = &lanes[r0 * blocks..][..TILE * blocks];
+            for (b, o) in zs[r0 * blocks..][..TILE * blocks]
+                .chunks_exact_mut(TILE)
+                .enumerate()
+            {
+                for (k, o) in o.iter_mut().enumerate() {
+                    *o = neg_sum(from[k * blocks + b]) << s;
+                }
+            }
+        }
+    }
+}
+
+/// The row-major quantisation of some rows, as `QuantActs` holds it.
+pub(crate) struct Rows<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub s32: &'a [f32],
+    pub s16: &'a [f32],
+    pub l32: &'a [i32],
+    pub l16: &'a [i32],
+}

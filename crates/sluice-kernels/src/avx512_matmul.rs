@@ -1,0 +1,340 @@
+//! The AVX-512 VNNI matmul of `PackedMatrix` (layout in `packed.rs`).
+//!
+//! A group's 16 weight rows meet the activation rows 8 at a time (`tile`), reading them
+//! from the tiled copy `acts_tiles` lays out; the rows past the last whole tile, and every
+//! row of a decode step, go one at a time (`lone`), reading the row-major quants. Both
+//! compute the same numbers for a row: the same exact integer sum of each block (the
+//! offset `-2^s·d`, where the format has one, started inside it from `-2^s·Σq`), then the
+//! same float steps in the same order. So a row's output does not depend on how many rows
+//! it came with.
+
+use std::arch::x86_64::*;
+
+use crate::acts::QuantActs;
+use crate::acts_tiles::{FOLDS, TILE};
+use crate::avx2_matmul::{PREFETCH_AHEAD, PREFETCH_ROWS};
+use crate::packed::{GROUP, PackedMatrix, Part};
+
+/// Loads 16 scale lanes (f16 or f32).
+#[inline(always)]
+unsafe fn lanes512(p: *const u8, half: bool) -> __m512 {
+    // SAFETY: `p` holds 16 scales of the stored width; avx512f enabled by the caller.
+    unsafe {
+        if half {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else {
+            _mm512_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// One block's quants (`q`) as `BK / 4` chunk registers of 16 lanes x 4 bytes.
+#[inline(always)]
+unsafe fn weights<const NIB: bool, const BK: usize>(q: *const u8) -> [__m512i; 8] {
+    // SAFETY: `q` points at a whole block's quant bytes; features enabled by the caller.
+    unsafe {
+        let chunks = BK / 4;
+        let mut w = [_mm512_setzero_si512(); 8];
+        if NIB {
+            let low = _mm512_set1_epi8(0x0F);
+            for v in 0..chunks / 2 {
+                let raw = _mm512_loadu_si512(q.add(64 * v) as *const __m512i);
+                w[v] = _mm512_and_si512(raw, low);
+                w[v + chunks / 2] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            }
+        } else {
+            for (c, wc) in w.iter_mut().enumerate().take(chunks) {
+                *wc = _mm512_loadu_si512(q.add(64 * c) as *const __m512i);
+            }
+        }
+        w
+    }
+}
+
+/// One activation row against one block: the block's integer sum (started at `start`:
+/// zero, or the folded offset), scaled and added to `acc`, and with `!FOLD` the offset
+/// term `mw·s`. Taken and returned by value so the accumulator stays in a register.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_block<const BK: usize, const FOLD: bool>(
+    lone: bool,
+    acc: __m512,
+    w: &[__m512i; 8],
+    x: *const i32,
+    dw: __m512,
+    mw: __m512,
+    da: f32,
+    start: __m512i,
+    s: f32,
+) -> __m512 {
+    // SAFETY: `x` points at the row's BK activation bytes (checked by the caller).
+    unsafe {
+        // The rows of a tile are independent chains enough; a lone row (decode) splits
+        // its sum in two to halve the chain of `vpdpbusd` latencies.
+        let mut sum = [start, _mm512_setzero_si512()];
+        for (c, wc) in w.iter().enumerate().take(BK / 4) {
+            let k = if lone { c % 2 } else { 0 };
+            sum[k] = _mm512_dpbusd_epi32(sum[k], *wc, _mm512_set1_epi32(x.add(c).read_unaligned()));
+        }
+        let sum = if lone {
+            _mm512_add_epi32(sum[0], sum[1])
+        } else {
+            sum[0]
+        };
+        let acc = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(sum),
+            _mm512_mul_ps(dw, _mm512_set1_ps(da)),
+            acc,
+        );
+        if FOLD {
+            acc
+        } else {
+            _mm512_fmadd_ps(mw, _mm512_set1_ps(s), acc)
+        }
+    }
+}
+
+/// `p`, hidden from the optimiser: the tile's reads then address `p + constant`. Left to
+/// itself, LLVM derived every pointer from one shared index (`base + 8·index + constant`),
+/// and a `vpdpbusd` whose broadcast operand has an indexed address costs the CPU an extra
+/// micro-op.
+#[inline(always)]
+// The asm neither reads nor writes through the pointer: it only passes it along.
+#[allow(clippy::pointers_in_nomem_asm_block)]
+fn opaque<T>(mut p: *const T) -> *const T {
+    // SAFETY: an empty instruction sequence; the pointer comes back unchanged.
+    unsafe {
+        std::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack, preserves_flags))
+    };
+    p
+}
+
+/// Group `g` against the 8 rows of tile `t` (`a.tiles`); with `FOLD`, `fold` is the
+/// `FOLDS` entry of the matrix's offset.
+#[inline(always)]
+unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g: usize,
+    t: usize,
+    fold: usize,
+) -> [__m512; TILE] {
+    let nb = p.blocks();
+    let tiles = &a.tiles;
+    let per = TILE * a.cols;
+    // SAFETY (whole body): tile `t` exists (checked by `run`), so its quants
+    // (`TILE * cols` bytes), scales (`TILE * cols / 32`) and sums or folded offsets
+    // (`TILE * nb`) are inside the buffers; the group's blocks are whole; the features
+    // are enabled by the caller.
+    unsafe {
+        let xt = tiles.q.as_ptr().add(t * per);
+        let dt = tiles.d.as_ptr().add(t * per / 32);
+        let st = tiles.sums(BK).as_ptr().wrapping_add(t * TILE * nb);
+        let zt = tiles.z[fold].as_ptr().wrapping_add(t * TILE * nb);
+        let q0 = p.quants(g, 0);
+        let qb = p.block_quant_bytes();
+        let (d0, m0) = p.scales(g, 0);
+        let lane_bytes = GROUP * if p.half { 2 } else { 4 };
+        let mut acc = [_mm512_setzero_ps(); TILE];
+        for b in 0..nb {
+            let w = weights::<NIB, BK>(q0.add(b * qb));
+            let dw = lanes512(d0.add(b * lane_bytes), p.half);
+            let mw = if FOLD {
+                dw
+            } else {
+                lanes512(m0.add(b * lane_bytes), p.half)
+            };
+            // Row k's chunk c of this block: x + 8k + c (in 4-byte words).
+            let x = opaque(xt.add(b * BK / 32 * TILE * 32 + b * BK % 32) as *const i32);
+            let da = opaque(dt.add(b * BK / 32 * TILE));
+            let st = opaque(st.wrapping_add(b * TILE));
+            let zt = opaque(zt.wrapping_add(b * TILE));
+            macro_rules! row {
+                ($k:literal) => {{
+                    let start = if FOLD {
+                        _mm512_set1_epi32(*zt.add($k))
+                    } else {
+                        _mm512_setzero_si512()
+                    };
+                    let s = if FOLD { 0.0 } else { *st.add($k) };
+                    acc[$k] = row_block::<BK, FOLD>(
+                        false,
+                        acc[$k],
+                        &w,
+                        x.add(8 * $k),
+                        dw,
+                        mw,
+                        *da.add($k),
+                        start,
+                        s,
+                    );
+                }};
+            }
+            // Unrolled by hand so the accumulators stay in registers: as a loop, LLVM
+            // kept them on the stack and every block paid a store and a reload per row.
+            // A macro, not a closure: a closure does not inherit the caller's target
+            // features and was not inlined (25x slower).
+            const { assert!(TILE == 8) };
+            row!(0);
+            row!(1);
+            row!(2);
+            row!(3);
+            row!(4);
+            row!(5);
+            row!(6);
+            row!(7);
+        }
+        acc
+    }
+}
+
+/// Group `g` against row-major activation row `i` alone; with `FOLD`, `shift` is the
+/// offset's `s`.
+#[inline(always)]
+unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    g: usize,
+    i: usize,
+    shift: u32,
+) -> __m512 {
+    let nb = p.blocks();
+    let cols = a.cols;
+    let sums = a.sums(BK);
+    let lanes = if BK == 16 { &a.l16 } else { &a.l32 };
+    // SAFETY (whole body): row i exists (checked by `matmul_groups_at`), so every read at
+    // `i * cols + b * BK + 4c` and of its block's scale and sums is in bounds; the group's
+    // blocks are whole; the features are enabled by the caller.
+    unsafe {
+        let mut acc = _mm512_setzero_ps();
+        let q0 = p.quants(g, 0);
+        let qb = p.block_quant_bytes();
+        let (d0, m0) = p.scales(g, 0);
+        let lane_bytes = GROUP * if p.half { 2 } else { 4 };
+        for b in 0..nb {
+            let q = q0.add(b * qb);
+            if a.n <= PREFETCH_ROWS {
+                // Few rows (decode) read the weights from memory: asked for ahead, as in
+                // the AVX2 kernel (one decode token 5.33 -> 4.44 ms on SmolLM2 Q4_K_M,
+                // 10.9 -> 9.9 ms on Gemma 3, alternating in one process). A prefetch
+                // never faults.
+                for l in (0..qb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH_AHEAD + l) as *const i8);
+                }
+            }
+            let w = weights::<NIB, BK>(q);
+            let dw = lanes512(d0.add(b * lane_bytes), p.half);
+            let mw = if FOLD {
+                dw
+            } else {
+                lanes512(m0.add(b * lane_bytes), p.half)
+            };
+            let at = i * cols + b * BK;
+            let start = if FOLD {
+                // The block's lane sums hold -Σq in two 16-bit halves (`acts::lane_sums`).
+                let l = *lanes.get_unchecked(i * nb + b);
+                let z = (l as i16 as i32) + (l >> 16);
+                _mm512_set1_epi32(z << shift)
+            } else {
+                _mm512_setzero_si512()
+            };
+            let s = if FOLD {
+                0.0
+            } else {
+                *sums.get_unchecked(i * nb + b)
+            };
+            let x = opaque(a.q.as_ptr().add(at) as *const i32);
+            let da = *a.d.get_unchecked(at / 32);
+            acc = row_block::<BK, FOLD>(true, acc, &w, x, dw, mw, da, start, s);
+        }
+        acc
+    }
+}
+
+/// Writes group `g`'s 16 lanes of activation row `i` to `y`: straight for the groups
+/// before `full` (all 16 rows real; copying each through `store` was 1.5% of a SmolLM2
+/// prefill), through `PackedMatrix::store` for the last, partial one.
+#[inline(always)]
+unsafe fn put(
+    p: &PackedMatrix,
+    full: usize,
+    g: usize,
+    i: usize,
+    v: __m512,
+    y: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: in bounds and exclusive by the caller's contract (`matmul_groups_at`).
+    unsafe {
+        if g < full {
+            _mm512_storeu_ps(y.add(i * stride + g * GROUP), v);
+            return;
+        }
+        let mut lanes = [0f32; GROUP];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), v);
+        p.store(g, i, &lanes, y, stride);
+    }
+}
+
+#[inline(always)]
+unsafe fn run<const NIB: bool, const BK: usize, const FOLD: bool>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: usize,
+) {
+    // SAFETY (whole body): as in `tile` and `lone`; `put` writes inside the caller's range.
+    unsafe {
+        let full = p.rows() / GROUP;
+        let end = part.rows.end;
+        // Rows in whole tiles that start where a tile starts.
+        let tiled_end = end.min(a.tiles.n * TILE);
+        let shift = FOLDS[fold].1;
+        for g in part.groups.clone() {
+            let mut i = part.rows.start;
+            while i.is_multiple_of(TILE) && i + TILE <= tiled_end {
+                let acc = tile::<NIB, BK, FOLD>(p, a, g, i / TILE, fold);
+                for (k, v) in acc.iter().enumerate() {
+                    put(p, full, g, i + k, *v, y, stride);
+                }
+                i += TILE;
+            }
+            while i < end {
+                let acc = lone::<NIB, BK, FOLD>(p, a, g, i, shift);
+                put(p, full, g, i, acc, y, stride);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The AVX-512 VNNI kernel for one part of a matmul. `fold`: the `FOLDS` entry of the
+/// matrix's offset when it is taken inside the integer sum (`packed::fold512`).
+///
+/// # Safety
+/// The CPU has the enabled features; shapes checked and `y` exclusive as in
+/// `PackedMatrix::matmul_groups_at`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+pub(crate) unsafe fn packed_groups(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: Option<usize>,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        match (p.nibbles, p.bk, fold) {
+            (true, 32, None) => run::<true, 32, false>(p, a, part, y, stride, 0),
+            (true, 32, Some(f)) => run::<true, 32, true>(p, a, part, y, stride, f),
+            (false, 32, None) => run::<false, 32, false>(p, a, part, y, stride, 0),
+            (false, 32, Some(f)) => run::<false, 32, true>(p, a, part, y, stride, f),
+            (false, 16, None) => run::<false, 16, false>(p, a, part, y, stride, 0),
+            (false, 16, Some(f)) => run::<false, 16, true>(p, a, part, y, stride, f),
+            other => unreachable!("layout {other:?}"),
+        }
+    }
+}
