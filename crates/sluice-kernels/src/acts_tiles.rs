@@ -5,10 +5,12 @@
 //! of 32 columns, the 8 rows' 32 bytes one after the other (256 bytes). Row `k`'s 4 bytes
 //! of chunk `c` in block `b` are then at a fixed distance `256·b + 32·k + 4·c` from the
 //! tile's start, so the kernel reaches all 8 rows from one pointer with constant
-//! displacements. Read row-major, each row needed its own pointer and an indexed address,
-//! which the CPU splits into two micro-ops per `vpdpbusd` (a C model of the kernel on
-//! this machine: 184 -> 214 GMAC/s from the layout alone). The scales and block sums are
-//! stored the same way (`[tile][block][row]`).
+//! displacements. Read row-major, each row needed its own pointer, and LLVM addressed
+//! them from one shared index: `vpdpbusd` with an indexed memory operand, which Intel
+//! cores split into two micro-ops (this VM has no hardware counters to show it; the
+//! measured gain: a C model of the kernel 184 -> 214 GMAC/s from the layout, the Rust
+//! kernel Q5_0 384 -> 435-463 from plain addresses, `avx512_matmul::opaque`). The scales
+//! and block sums are stored the same way (`[tile][block][row]`).
 //!
 //! For weights whose offset is `-2^s·d` (Q4_0, Q5_0, Q8_0 packed as `q + 128`, Q6_K:
 //! `FOLDS`), the kernel takes the offset inside the integer sum by starting each block's
