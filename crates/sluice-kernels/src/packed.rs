@@ -7,14 +7,17 @@
 //! chunk against 4 activation bytes broadcast to every lane then adds 4 products to each
 //! row's sum: 16 rows advance together and no horizontal reduction is ever needed.
 //! Formats whose quants fit in 4 bits store two chunks per 64 bytes (chunk `c` in the low
-//! nibbles, chunk `c + bk/8` in the high ones). Below AVX-512, 5- and 6-bit formats use the
+//! nibbles, chunk `c + bk/8` in the high ones). 5- and 6-bit formats use the
 //! same nibble plane for their low 4 bits followed by a 64-byte *high plane*: byte `4j + t`
 //! holds, for every chunk `c`, the bits above the nibble of row `j`'s quant `4c + t` at bits
 //! `high·c..high·c + high` (`high` = 1 or 2), so Q5_0 takes 5.5 bits per weight as in the
 //! file instead of 8. Decode reads every weight once per token from memory, and there the
 //! compact form is faster; a batch of rows is bound by the instructions that unpack it,
 //! and there a byte per quant is faster (1.2-1.6x, `benches/kernels`): such matrices keep
-//! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). Scales and
+//! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). With AVX-512
+//! the compact form goes to the AVX2 kernel (decode: 15-25% less time per SmolLM2 Q4_K_M
+//! token than the byte form under the AVX-512 kernel) and the byte copy to the AVX-512
+//! one; both give a row the same bits. Scales and
 //! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the
 //! legacy formats) and f32 otherwise; where the offset is a fixed multiple of the scale
 //! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
@@ -81,18 +84,18 @@ impl PackedMatrix {
     /// Repacks GGUF data of `dtype`; `None` for types without a fast path or shapes it
     /// cannot take.
     pub fn new(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
-        Self::with_layout(dtype, bytes, rows, cols, Simd::current() != Simd::Avx512)
+        Self::with_layout(dtype, bytes, rows, cols, true)
     }
 
     /// The byte-per-quant copy of a matrix whose `new` layout is compact (5- and 6-bit
-    /// quants below AVX-512), for batches of rows; `None` for every other matrix, and when
+    /// quants), for batches of rows; `None` for every other matrix, and when
     /// `SLUICE_BATCH_COPY=0` asks to save the memory.
     pub fn for_batches(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
         static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let enabled =
             *ENABLED.get_or_init(|| std::env::var("SLUICE_BATCH_COPY").as_deref() != Ok("0"));
         let f = Format::of(dtype)?;
-        let compact = Simd::current() != Simd::Avx512 && (16..=63).contains(&f.max_u);
+        let compact = (16..=63).contains(&f.max_u);
         if !enabled || !compact {
             return None;
         }
@@ -218,7 +221,7 @@ impl PackedMatrix {
         Self::quant_bytes(self.bk, self.nibbles, self.high())
     }
 
-    /// Bits above the nibble kept in the high plane (0, 1 or 2; never at AVX-512).
+    /// Bits above the nibble kept in the high plane (0, 1 or 2).
     pub(crate) fn high(&self) -> usize {
         high_bits(self.nibbles, self.bits)
     }
@@ -426,7 +429,8 @@ impl PackedMatrix {
                     && (self.m_of_d.is_none() || fold512(self).is_some()) =>
             unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold512(self)) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above (an AVX-512 CPU has AVX2).
+            // SAFETY: as above (an AVX-512 CPU has AVX2). Compact 5- and 6-bit matrices
+            // (decode) run here.
             Simd::Avx512 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
