@@ -167,6 +167,12 @@ pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
     }
 }
 
+/// `-Σq` of a block from its lane sums (`lane_sums`): the two negated 16-bit halves added.
+#[inline(always)]
+pub(crate) fn neg_sum(lanes: i32) -> i32 {
+    (lanes as i16 as i32) + (lanes >> 16)
+}
+
 /// The output slices of some rows.
 pub(crate) struct Out<'a> {
     pub q: &'a mut [i8],

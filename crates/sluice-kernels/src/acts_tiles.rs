@@ -18,7 +18,7 @@
 //! broadcast load, where the float offset term was one multiply-add per row and block
 //! (another 214 -> 235 GMAC/s in the C model).
 
-use crate::acts::ABLOCK;
+use crate::acts::{ABLOCK, neg_sum};
 
 /// Rows per tile.
 pub(crate) const TILE: usize = 8;
@@ -86,8 +86,6 @@ pub(crate) fn build(t: TilesOut, rows: Rows, cols: usize) {
         s16: ts16,
         mut z,
     } = t;
-    // -Σq of a block from its lane sums: two negated 16-bit halves.
-    let neg_sum = |l: i32| (l as i16 as i32) + (l >> 16);
     // Written in order (the rows of a tile are read at a stride): scattered writes were
     // 2.5% of a SmolLM2 prefill.
     for tt in 0..tiles {

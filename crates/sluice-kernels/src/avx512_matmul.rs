@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::QuantActs;
+use crate::acts::{QuantActs, neg_sum};
 use crate::acts_tiles::{FOLDS, TILE};
 use crate::avx2_matmul::{PREFETCH_AHEAD, PREFETCH_ROWS};
 use crate::packed::{GROUP, PackedMatrix, Part};
@@ -231,9 +231,7 @@ unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool>(
             };
             let at = i * cols + b * BK;
             let start = if FOLD {
-                // The block's lane sums hold -Σq in two 16-bit halves (`acts::lane_sums`).
-                let l = *lanes.get_unchecked(i * nb + b);
-                let z = (l as i16 as i32) + (l >> 16);
+                let z = neg_sum(*lanes.get_unchecked(i * nb + b));
                 _mm512_set1_epi32(z << shift)
             } else {
                 _mm512_setzero_si512()

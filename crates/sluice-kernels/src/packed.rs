@@ -419,6 +419,8 @@ impl PackedMatrix {
             level as u8 <= Simd::detected() as u8,
             "{level:?} is not available on this CPU"
         );
+        #[cfg(target_arch = "x86_64")]
+        let fold = fold512(self);
         match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
@@ -426,8 +428,8 @@ impl PackedMatrix {
             Simd::Avx512
                 if !self.signed
                     && self.high() == 0
-                    && (self.m_of_d.is_none() || fold512(self).is_some()) =>
-            unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold512(self)) },
+                    && (self.m_of_d.is_none() || fold.is_some()) =>
+            unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2). Compact 5- and 6-bit matrices
             // (decode) run here.
