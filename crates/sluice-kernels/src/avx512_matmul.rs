@@ -28,6 +28,54 @@ unsafe fn lanes512(p: *const u8, half: bool) -> __m512 {
     }
 }
 
+/// One weight group's blocks: where each block's quants and scale lanes are.
+struct Group {
+    q0: *const u8,
+    qb: usize,
+    d0: *const u8,
+    m0: *const u8,
+    lane_bytes: usize,
+    half: bool,
+}
+
+impl Group {
+    #[inline(always)]
+    fn new(p: &PackedMatrix, g: usize) -> Self {
+        let (d0, m0) = p.scales(g, 0);
+        Self {
+            q0: p.quants(g, 0),
+            qb: p.block_quant_bytes(),
+            d0,
+            m0,
+            lane_bytes: GROUP * if p.half { 2 } else { 4 },
+            half: p.half,
+        }
+    }
+
+    /// Block `b`'s quant bytes.
+    #[inline(always)]
+    unsafe fn quants(&self, b: usize) -> *const u8 {
+        // SAFETY: `b` is a block of the group (the caller's contract).
+        unsafe { self.q0.add(b * self.qb) }
+    }
+
+    /// Block `b`'s scales and, without `FOLD`, offsets (with it, the scales stand in).
+    #[inline(always)]
+    unsafe fn scales<const FOLD: bool>(&self, b: usize) -> (__m512, __m512) {
+        // SAFETY: `b` is a block of the group, whose offsets are stored unless `FOLD`;
+        // features enabled by the caller.
+        unsafe {
+            let dw = lanes512(self.d0.add(b * self.lane_bytes), self.half);
+            let mw = if FOLD {
+                dw
+            } else {
+                lanes512(self.m0.add(b * self.lane_bytes), self.half)
+            };
+            (dw, mw)
+        }
+    }
+}
+
 /// One block's quants (`q`) as `BK / 4` chunk registers of 16 lanes x 4 bytes.
 #[inline(always)]
 unsafe fn weights<const NIB: bool, const BK: usize>(q: *const u8) -> [__m512i; 8] {
@@ -131,19 +179,11 @@ unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool>(
         let dt = tiles.d.as_ptr().add(t * per / 32);
         let st = tiles.sums(BK).as_ptr().wrapping_add(t * TILE * nb);
         let zt = tiles.z[fold].as_ptr().wrapping_add(t * TILE * nb);
-        let q0 = p.quants(g, 0);
-        let qb = p.block_quant_bytes();
-        let (d0, m0) = p.scales(g, 0);
-        let lane_bytes = GROUP * if p.half { 2 } else { 4 };
+        let group = Group::new(p, g);
         let mut acc = [_mm512_setzero_ps(); TILE];
         for b in 0..nb {
-            let w = weights::<NIB, BK>(q0.add(b * qb));
-            let dw = lanes512(d0.add(b * lane_bytes), p.half);
-            let mw = if FOLD {
-                dw
-            } else {
-                lanes512(m0.add(b * lane_bytes), p.half)
-            };
+            let w = weights::<NIB, BK>(group.quants(b));
+            let (dw, mw) = group.scales::<FOLD>(b);
             // Row k's chunk c of this block: x + 8k + c (in 4-byte words).
             let x = opaque(xt.add(b * BK / 32 * TILE * 32 + b * BK % 32) as *const i32);
             let da = opaque(dt.add(b * BK / 32 * TILE));
@@ -207,28 +247,20 @@ unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool>(
     // blocks are whole; the features are enabled by the caller.
     unsafe {
         let mut acc = _mm512_setzero_ps();
-        let q0 = p.quants(g, 0);
-        let qb = p.block_quant_bytes();
-        let (d0, m0) = p.scales(g, 0);
-        let lane_bytes = GROUP * if p.half { 2 } else { 4 };
+        let group = Group::new(p, g);
         for b in 0..nb {
-            let q = q0.add(b * qb);
+            let q = group.quants(b);
             if a.n <= PREFETCH_ROWS {
                 // Few rows (decode) read the weights from memory: asked for ahead, as in
                 // the AVX2 kernel (one decode token 5.33 -> 4.44 ms on SmolLM2 Q4_K_M,
                 // 10.9 -> 9.9 ms on Gemma 3, alternating in one process). A prefetch
                 // never faults.
-                for l in (0..qb).step_by(64) {
+                for l in (0..group.qb).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH_AHEAD + l) as *const i8);
                 }
             }
             let w = weights::<NIB, BK>(q);
-            let dw = lanes512(d0.add(b * lane_bytes), p.half);
-            let mw = if FOLD {
-                dw
-            } else {
-                lanes512(m0.add(b * lane_bytes), p.half)
-            };
+            let (dw, mw) = group.scales::<FOLD>(b);
             let at = i * cols + b * BK;
             let start = if FOLD {
                 let z = neg_sum(*lanes.get_unchecked(i * nb + b));
