@@ -97,32 +97,26 @@ pub(crate) fn build(t: TilesOut, rows: Rows, cols: usize) {
                 o.copy_from_slice(&rq[k * cols + b * ABLOCK..][..ABLOCK]);
             }
         }
-        let lay = |from: &[f32], to: &mut [f32], blocks: usize| {
-            let from = &from[r0 * blocks..][..TILE * blocks];
-            for (b, o) in to[r0 * blocks..][..TILE * blocks]
-                .chunks_exact_mut(TILE)
-                .enumerate()
-            {
-                for (k, o) in o.iter_mut().enumerate() {
-                    *o = from[k * blocks + b];
-                }
-            }
-        };
-        lay(rows.d, td, nb);
-        lay(rows.s32, ts32, nb);
-        lay(rows.s16, ts16, 2 * nb);
+        lay(rows.d, td, r0, nb, |v| v);
+        lay(rows.s32, ts32, r0, nb, |v| v);
+        lay(rows.s16, ts16, r0, 2 * nb, |v| v);
         for (zs, (bk, s)) in z.iter_mut().zip(FOLDS) {
-            let blocks = cols / bk;
             let lanes = if bk == 32 { rows.l32 } else { rows.l16 };
-            let from = &lanes[r0 * blocks..][..TILE * blocks];
-            for (b, o) in zs[r0 * blocks..][..TILE * blocks]
-                .chunks_exact_mut(TILE)
-                .enumerate()
-            {
-                for (k, o) in o.iter_mut().enumerate() {
-                    *o = neg_sum(from[k * blocks + b]) << s;
-                }
-            }
+            lay(lanes, zs, r0, cols / bk, |l| neg_sum(l) << s);
+        }
+    }
+}
+
+/// One value per block of the tile starting at row `r0`, from `from` (`[row][block]`,
+/// `blocks` a row) to `to` (`[tile][block][row]`) through `f`, written in order.
+fn lay<T: Copy, U>(from: &[T], to: &mut [U], r0: usize, blocks: usize, f: impl Fn(T) -> U) {
+    let from = &from[r0 * blocks..][..TILE * blocks];
+    for (b, o) in to[r0 * blocks..][..TILE * blocks]
+        .chunks_exact_mut(TILE)
+        .enumerate()
+    {
+        for (k, o) in o.iter_mut().enumerate() {
+            *o = f(from[k * blocks + b]);
         }
     }
 }
