@@ -9,7 +9,8 @@
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 
-use sluice::engine::{GgufFile, TokenRow, kv::KvSlab, model};
+use sluice::engine::GgufFile;
+use sluice::engine::testing::{KvSlab, TokenRow, load_model};
 use std::time::Instant;
 
 fn main() {
@@ -17,7 +18,7 @@ fn main() {
         .map(Into::into)
         .unwrap_or_else(sluice::config::default_model_path);
     let file = GgufFile::open(&path).expect("a GGUF file");
-    let m = model::load(&file).expect("a model sluice runs");
+    let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
     let s = m.shape().clone();
     let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);

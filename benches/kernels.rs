@@ -105,7 +105,7 @@ fn run() {
 /// and values come from memory (the slab is far larger than any cache), not from L1 as in
 /// `attention_table`. Milliseconds per step for two model shapes.
 fn slab_attention_table() {
-    use sluice::engine::kv::KvSlab;
+    use sluice::engine::testing::KvSlab;
     use sluice_kernels::{Attn, attend_group, noise};
     println!(
         "| slab attention (layers x slots x kv heads, hd x g) | positions | ms/step | GMAC/s |"

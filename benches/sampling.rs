@@ -6,8 +6,10 @@
 //!
 //! `cargo bench --bench sampling` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 
-use sluice::engine::sampling::{History, SamplingParams, sample, scores};
-use sluice::engine::{GgufFile, TokenRow, kv::KvSlab, model};
+use sluice::engine::GgufFile;
+use sluice::engine::SamplingParams;
+use sluice::engine::testing::{History, sample, scores};
+use sluice::engine::testing::{KvSlab, TokenRow, load_model};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -16,7 +18,7 @@ fn main() {
         .map(Into::into)
         .unwrap_or_else(sluice::config::default_model_path);
     let file = GgufFile::open(&path).expect("a GGUF file");
-    let m = model::load(&file).expect("a model sluice runs");
+    let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
     let s = m.shape().clone();
     let n = 32;

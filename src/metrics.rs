@@ -2,7 +2,7 @@
 //! at `GET /metrics`).
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
-use sluice_engine::metrics::{LATENCY, Metrics};
+use sluice_engine::{LATENCY, Metrics};
 
 /// HTTP requests by route and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "sluice_http_requests_total";

@@ -17,9 +17,7 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sluice_engine::checkpoint::{self, Signature};
-use sluice_engine::kv::KvSlab;
-use sluice_engine::metrics::Metrics;
-use sluice_engine::{EngineHandle, LoadOptions, Loaded, Model, TokenRow};
+use sluice_engine::{EngineHandle, LoadOptions, Loaded, Metrics, warm_up};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -76,19 +74,6 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.ui = config.http.ui;
     state.admin = admin;
     Ok(state)
-}
-
-/// Runs one token through the model before the engine starts, so the first client does
-/// not pay for cold caches and the compute threads, and no metric counts it.
-fn warm_up(model: &dyn Model) {
-    let s = model.shape();
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 16);
-    let row = TokenRow {
-        token: 0,
-        slot: 0,
-        pos: 0,
-    };
-    model.forward(&mut kv, &[row], &[0]);
 }
 
 /// What the server answers before the model is loaded.

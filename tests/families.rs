@@ -208,7 +208,7 @@ fn models_dir_file(name: &str) -> PathBuf {
 
 #[test]
 fn hugging_face_folders_match_the_same_weights_in_gguf() {
-    use sluice::engine::hf::Quantize;
+    use sluice::engine::Quantize;
     for family in ["qwen2", "gemma3"] {
         let dir = models().join(format!("hf-{family}"));
         // As stored (F32): llama.cpp's tokens on the F32 GGUF of the same weights.

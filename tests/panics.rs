@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice::engine::failpoint::TRIGGER;
+use sluice::engine::testing::TRIGGER;
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
     let r = reqwest::Client::new()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use sluice::config::default_model_path;
-use sluice::engine::sampling::SamplingParams;
+use sluice::engine::SamplingParams;
 use sluice::engine::{ChatMessage, EngineConfig, EngineHandle, Event, Loaded, ValidRequest};
 
 /// Options of `sluice generate`.

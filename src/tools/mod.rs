@@ -7,7 +7,7 @@ pub mod stream;
 
 use serde_json::{Value, json};
 use sluice_engine::GrammarSpec;
-use sluice_engine::constraint::json_layout;
+use sluice_engine::json_layout;
 
 pub use stream::ToolStream;
 

@@ -1,7 +1,7 @@
 //! The fields both endpoints share: sampling parameters, stops, bias, `n`, seeds, and
 //! `max_tokens` against the context and the server's limits.
 
-use sluice_engine::sampling::SamplingParams;
+use sluice_engine::SamplingParams;
 use sluice_engine::{BeamSpec, Tokenizer, ValidRequest};
 
 use super::{Limits, ValidationError};

@@ -2,21 +2,9 @@
 //! their own, extended by the best candidates of all beams each step, deterministic. Pure
 //! bookkeeping: the worker runs the rows and copies the slots this module asks for.
 
-use crate::request::{BeamOut, FinishReason, TokenEvent};
+use crate::request::{BeamOut, BeamSpec, FinishReason, TokenEvent};
 use crate::stops::first_stop;
 use crate::tokenizer::Tokenizer;
-
-/// What the request asked for.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BeamSpec {
-    /// Beams kept each step (at least `n`).
-    pub width: usize,
-    /// Hypotheses returned, best first.
-    pub n: usize,
-    /// Scores are `cumulative logprob / length ^ length_penalty` (vLLM's: the length counts
-    /// the prompt, not a final end token).
-    pub length_penalty: f32,
-}
 
 /// One live beam: its slot and tokens after the prompt.
 #[derive(Clone, Debug)]

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::Value;
 use sha2::{Digest, Sha256};
 
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 use crate::model::{self, Model};
 
 /// A loaded checkpoint, as `GET /admin/weights` reports it.

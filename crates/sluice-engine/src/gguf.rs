@@ -9,68 +9,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value, VersionedMagic};
 use memmap2::Mmap;
 
-/// Why a model file cannot be opened or run.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// The file cannot be opened (missing, unreadable).
-    #[error("cannot open model file {path}: {reason}")]
-    Open {
-        /// The path.
-        path: PathBuf,
-        /// The OS error.
-        reason: std::io::Error,
-    },
-    /// The file is not GGUF, or its header is damaged.
-    #[error("{path} is not a readable GGUF file: {reason}")]
-    NotGguf {
-        /// The path.
-        path: PathBuf,
-        /// What the reader found.
-        reason: String,
-    },
-    /// `general.architecture` names a family sluice does not implement.
-    #[error(
-        "unsupported model architecture `{found}` (general.architecture); sluice runs: {}",
-        supported.join(", ")
-    )]
-    Architecture {
-        /// What the file says.
-        found: String,
-        /// What sluice runs.
-        supported: Vec<&'static str>,
-    },
-    /// A tensor's data cannot be used (type without kernel, bad size).
-    #[error("tensor `{name}`: {source}")]
-    Tensor {
-        /// The tensor.
-        name: String,
-        /// Why.
-        source: sluice_kernels::LinearError,
-    },
-    /// A metadata key is missing or of the wrong type.
-    #[error("metadata key `{0}` is missing or has the wrong type")]
-    Metadata(String),
-    /// A tensor the architecture needs is missing.
-    #[error("tensor `{0}` is missing")]
-    MissingTensor(String),
-    /// A tensor has the wrong shape.
-    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
-    Shape {
-        /// The tensor.
-        name: String,
-        /// Its shape.
-        found: Vec<usize>,
-        /// The shape the hyper-parameters imply.
-        expected: Vec<usize>,
-    },
-    /// Something the file declares that sluice does not implement (a RoPE scaling kind,
-    /// an option of the family).
-    #[error("{0}")]
-    Unsupported(String),
-    /// The vocabulary, tokenizer or chat template cannot be built.
-    #[error(transparent)]
-    Tokenizer(#[from] crate::tokenizer::TokenizerError),
-}
+use crate::error::ModelError;
 
 /// An open GGUF file: its parsed header and the memory map holding the tensor data. A
 /// Hugging Face folder is converted into the same form in memory (`hf/`).

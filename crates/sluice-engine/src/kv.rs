@@ -5,10 +5,18 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use sluice_kernels::threads::Chunks;
 use sluice_kernels::{KEY_BLOCK, key_index};
 
-use crate::model::TokenRow;
+/// One token to run: which slot it belongs to and its position in that sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    /// Token id.
+    pub token: u32,
+    /// KV slot of its sequence.
+    pub slot: usize,
+    /// Position in the sequence (RoPE angle and KV index), counting real tokens only.
+    pub pos: usize,
+}
 
 /// `n` f16 zeros on fresh anonymous pages, which the OS backs only when first written: an
 /// idle slab costs address space, not memory. (A heap allocation, even a zeroed one, may
@@ -128,18 +136,26 @@ impl KvSlab {
         let groups: Vec<&[usize]> = order
             .chunk_by(|&a, &b| rows[a].slot == rows[b].slot)
             .collect();
-        let keys = Chunks::new(&mut self.keys[layer][..], n);
-        let values = Chunks::new(&mut self.values[layer][..], n);
-        let one = |g: usize| {
-            let slot = rows[groups[g][0]].slot;
-            // SAFETY: `groups` holds each slot once, so no other task takes its chunks.
-            let region = unsafe { (keys.get(slot), values.get(slot)) };
-            for &i in groups[g] {
+        // Each group with its slot's regions: `groups` holds each slot once, in slot order.
+        let mut regions = self.keys[layer]
+            .chunks_mut(n)
+            .zip(self.values[layer].chunks_mut(n));
+        let mut work = Vec::with_capacity(groups.len());
+        let mut next = 0;
+        for g in groups {
+            let slot = rows[g[0]].slot;
+            let region = regions
+                .nth(slot - next)
+                .expect("a row's slot is in the slab");
+            next = slot + 1;
+            work.push((g, region));
+        }
+        sluice_kernels::threads::for_each_item(&mut work, |_, (group, (keys, values))| {
+            for &i in group.iter() {
                 let (k, v) = (&k[i * width..][..width], &v[i * width..][..width]);
-                write_position((&mut *region.0, &mut *region.1), shape, rows[i].pos, k, v);
+                write_position((&mut **keys, &mut **values), shape, rows[i].pos, k, v);
             }
-        };
-        sluice_kernels::threads::for_each(groups.len(), one);
+        });
     }
 
     /// Elements of one slot's keys (or values) in a layer.

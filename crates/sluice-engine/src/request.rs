@@ -1,7 +1,7 @@
 //! What goes into the engine (a validated request) and what comes out (events).
 
-pub use crate::beam::BeamSpec;
 use crate::constraint::Constraint;
+use crate::error::EngineError;
 use crate::sampling::SamplingParams;
 
 /// A request the engine can run. Built by `validation` from the wire types, which checks
@@ -170,22 +170,14 @@ pub enum Event {
     Error(EngineError),
 }
 
-/// Why the engine ended a request early. Each kind maps to its own API status.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum EngineError {
-    /// The request ran past the server's timeout (seconds).
-    #[error("the request did not finish within the server's {0} s timeout")]
-    TimedOut(f64),
-    /// `POST /admin/reload` with `mode: abort` ended it.
-    #[error("generation aborted: the server's weights were reloaded")]
-    Aborted,
-    /// The server is shutting down and its grace period ran out.
-    #[error("the server is shutting down and its grace period ran out")]
-    ShuttingDown,
-    /// The request's grammar failed mid-generation (this sequence only).
-    #[error("the output grammar failed: {0}")]
-    Grammar(String),
-    /// The engine thread failed; the server cannot generate until restarted.
-    #[error("the engine failed and stopped; the server must be restarted")]
-    Died,
+/// Beam search, as the request asked for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BeamSpec {
+    /// Beams kept each step (at least `n`).
+    pub width: usize,
+    /// Hypotheses returned, best first.
+    pub n: usize,
+    /// Scores are `cumulative logprob / length ^ length_penalty` (vLLM's: the length counts
+    /// the prompt, not a final end token).
+    pub length_penalty: f32,
 }

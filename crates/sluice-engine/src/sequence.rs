@@ -4,8 +4,8 @@ use std::time::Instant;
 
 use crate::beam::BeamSearch;
 use crate::constraint::Guide;
-use crate::handle::EventSender;
 use crate::metrics::Metrics;
+use crate::protocol::EventSender;
 use crate::request::{Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest};
 use crate::sampling::{History, Sampled};
 use crate::slots::SlotLease;

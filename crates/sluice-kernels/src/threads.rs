@@ -182,8 +182,20 @@ pub fn for_each_chunk<T: Send>(data: &mut [T], size: usize, f: impl Fn(usize, &m
     for_each(chunks.count(), |i| f(i, unsafe { chunks.get(i) }));
 }
 
+/// `f(i, &mut items[i])` for every item, as [`for_each`] runs tasks: each task owns one
+/// item. The safe way to hand parallel tasks disjoint pieces of memory: build a list of
+/// them (e.g. `a.chunks_mut(n).zip(b.chunks_mut(m))`) and pass it here.
+pub fn for_each_item<T: Send>(items: &mut [T], f: impl Fn(usize, &mut T) + Sync) {
+    let cells = Chunks::new(items, 1);
+    for_each(cells.count(), |i| {
+        // SAFETY: `for_each` runs each index once, so item `i` has one taker.
+        let item = unsafe { cells.get(i) };
+        f(i, &mut item[0]);
+    });
+}
+
 /// A mutable slice cut into `size`-element chunks that parallel tasks take by index.
-pub struct Chunks<'a, T> {
+pub(crate) struct Chunks<'a, T> {
     ptr: *mut T,
     len: usize,
     size: usize,

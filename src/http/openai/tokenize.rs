@@ -37,7 +37,7 @@ pub async fn tokenize(
                 .into());
             }
         };
-        sluice_engine::failpoint::check("handler-panic", &text);
+        sluice_engine::check_failpoint("handler-panic", &text);
         let mut tokens = st.tokenizer.encode(&text)?;
         if r.add_special_tokens == Some(false)
             && r.prompt.is_some()

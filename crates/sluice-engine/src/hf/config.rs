@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Value;
 use serde_json::Value as Json;
 
-use crate::gguf::ModelError;
+use crate::error::ModelError;
 
 /// What the converter needs from the folder's configuration.
 #[derive(Clone, Debug)]

@@ -15,7 +15,8 @@ use candle_core::quantized::gguf_file::Value;
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// What weight matrices of a Hugging Face folder become at load time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

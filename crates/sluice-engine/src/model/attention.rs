@@ -2,7 +2,6 @@
 //! RoPE, the KV slab write, attention over the slot's live positions (optional sliding
 //! window and logit soft-capping, any head size), and the output projection.
 
-use sluice_kernels::threads::Chunks;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
@@ -140,10 +139,9 @@ impl Attention {
         let (hd, half) = (self.head_dim, self.rope.pairs());
         let (q_dim, kv_dim) = (self.n_heads * hd, self.n_kv_heads * hd);
         let per = rows_per_task(q_dim + kv_dim);
-        let (qc, kc) = (Chunks::new(q, per * q_dim), Chunks::new(k, per * kv_dim));
-        sluice_kernels::threads::for_each(n.div_ceil(per), |c| {
-            // SAFETY: task `c` alone takes chunk `c` of each.
-            let (q, k) = unsafe { (qc.get(c), kc.get(c)) };
+        let chunks = q.chunks_mut(per * q_dim).zip(k.chunks_mut(per * kv_dim));
+        let mut work: Vec<_> = chunks.take(n.div_ceil(per)).collect();
+        sluice_kernels::threads::for_each_item(&mut work, |c, (q, k)| {
             for (j, (q, k)) in q
                 .chunks_exact_mut(q_dim)
                 .zip(k.chunks_exact_mut(kv_dim))
@@ -189,9 +187,24 @@ impl Attention {
             .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
             .collect();
         // Each (row, KV head) has its own `group * hd` run of `out`, and each item's
-        // rows are its own: items write their runs in place.
-        let runs = Chunks::new(out, group * hd);
-        let one = |scratch: &mut Scratch, &(i0, t, kvh): &(usize, usize, usize)| {
+        // rows are its own: an item takes its runs along (`runs[k]` is row `i0 + k`'s) and
+        // writes them in place.
+        let mut free: Vec<Option<&mut [f32]>> = out.chunks_mut(group * hd).map(Some).collect();
+        let mut taken: Vec<&mut [f32]> = Vec::with_capacity(free.len());
+        for &(i0, t, kvh) in &items {
+            let runs = (i0..i0 + t).map(|i| free[i * kv_heads + kvh].take());
+            taken.extend(runs.map(|r| r.expect("one item per (row, KV head)")));
+        }
+        let mut rest = &mut taken[..];
+        let mut jobs = Vec::with_capacity(items.len());
+        for &item in &items {
+            let (runs, tail) = std::mem::take(&mut rest).split_at_mut(item.1);
+            rest = tail;
+            jobs.push((item, runs));
+        }
+        let one = |scratch: &mut Scratch,
+                   (i0, t, kvh): (usize, usize, usize),
+                   runs: &mut [&mut [f32]]| {
             let attn = |i: usize| {
                 let r = rows[i];
                 let len = r.pos + 1;
@@ -207,29 +220,29 @@ impl Attention {
                     softcap: self.options.softcap,
                 }
             };
-            let run = |i: usize| {
-                // SAFETY: no two items share a (row, KV head), so no two tasks share a run.
-                unsafe { runs.get(i * kv_heads + kvh) }
-            };
             if t == 1 {
-                attend_rows(&[attn(i0)], &mut scratch.scores, run(i0));
+                attend_rows(&[attn(i0)], &mut scratch.scores, runs[0]);
                 return;
             }
             let tile: Vec<Attn> = (i0..i0 + t).map(attn).collect();
             scratch.tile.resize(t * group * hd, 0.0);
             attend_rows(&tile, &mut scratch.scores, &mut scratch.tile);
-            for (k, o) in scratch.tile.chunks_exact(group * hd).enumerate() {
-                run(i0 + k).copy_from_slice(o);
+            for (run, o) in runs.iter_mut().zip(scratch.tile.chunks_exact(group * hd)) {
+                run.copy_from_slice(o);
             }
         };
         // Little work (the first positions of one sequence) runs on this thread: handing
         // it out would cost more than it saves.
         let work: usize = rows.iter().map(|r| r.pos + 1).sum::<usize>() * kv_heads;
         if work < SERIAL_WORK {
-            SCRATCH.with_borrow_mut(|scratch| items.iter().for_each(|item| one(scratch, item)));
+            SCRATCH.with_borrow_mut(|scratch| {
+                for (item, runs) in &mut jobs {
+                    one(scratch, *item, runs);
+                }
+            });
         } else {
-            sluice_kernels::threads::for_each(items.len(), |i| {
-                SCRATCH.with_borrow_mut(|scratch| one(scratch, &items[i]))
+            sluice_kernels::threads::for_each_item(&mut jobs, |_, (item, runs)| {
+                SCRATCH.with_borrow_mut(|scratch| one(scratch, *item, runs))
             });
         }
     }

@@ -19,6 +19,7 @@ impl RmsNorm {
 
     /// Gemma's norm, `x̂ * (1 + w)`, for files whose weights do not fold the 1 in: it is
     /// folded here once, so the forward pass is the same as for `new`.
+    #[cfg(test)]
     pub fn one_plus(weight: Vec<f32>, eps: f32) -> Self {
         Self::new(weight.into_iter().map(|w| 1.0 + w).collect(), eps)
     }

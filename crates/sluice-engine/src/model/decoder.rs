@@ -10,14 +10,14 @@
 //! pass").
 
 use sluice_kernels::QLinear;
-use sluice_kernels::threads::Chunks;
 
 use super::attention::{Attention, AttentionOptions};
 use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle, rows_per_task};
 use super::hparams::Hparams;
 use super::tensors::{matrix, optional_matrix};
 use super::{Model, Shape, TokenRow};
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 use crate::kv::KvSlab;
 
 /// One transformer block.
@@ -116,10 +116,14 @@ impl Model for Decoder {
 /// norm, row by row, a batch's rows in parallel.
 fn residual(x: &mut [f32], y: &[f32], norm: Option<&RmsNorm>, h: &mut [f32], dim: usize) {
     let per = rows_per_task(dim) * dim;
-    let (xs, hs) = (Chunks::new(x, per), Chunks::new(h, per));
-    let run = |i: usize| {
-        // SAFETY: task `i` alone takes chunk `i` of each.
-        let (x, h) = unsafe { (xs.get(i), hs.get(i)) };
+    // Task `i` takes chunk `i` of each (of `h`, an empty one past its end).
+    let empty = std::iter::repeat_with(|| -> &mut [f32] { &mut [] });
+    let mut work: Vec<_> = x
+        .chunks_mut(per)
+        .zip(h.chunks_mut(per).chain(empty))
+        .collect();
+    // (One chunk runs on this thread: `for_each_item` hands out no single task.)
+    sluice_kernels::threads::for_each_item(&mut work, |i, (x, h)| {
         for (a, b) in x.iter_mut().zip(&y[i * per..]) {
             *a += b;
         }
@@ -128,9 +132,7 @@ fn residual(x: &mut [f32], y: &[f32], norm: Option<&RmsNorm>, h: &mut [f32], dim
                 norm.row(xr, hr);
             }
         }
-    };
-    // (One chunk runs on this thread: `for_each` hands out no single task.)
-    sluice_kernels::threads::for_each(xs.count(), run);
+    });
 }
 
 impl Decoder {

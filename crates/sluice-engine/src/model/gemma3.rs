@@ -13,7 +13,8 @@ use super::blocks::{Activation, RopeScaling, RopeStyle};
 use super::decoder::{Decoder, Layer};
 use super::hparams::Hparams;
 use super::tensors::{matrix, optional_matrix};
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 use candle_core::quantized::gguf_file::Value;
 
 /// The Gemma 3 family.

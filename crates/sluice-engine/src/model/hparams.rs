@@ -5,7 +5,8 @@
 use super::attention::{Attention, AttentionOptions};
 use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeScaling, RopeStyle};
 use super::tensors::{matrix, matrix_rows, vector};
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// The shared hyper-parameters.
 #[derive(Clone, Debug)]
@@ -132,19 +133,6 @@ impl Hparams {
     /// RMSNorm of `name` (width `len`).
     pub fn norm(&self, file: &GgufFile, name: &str, len: usize) -> Result<RmsNorm, ModelError> {
         vector(file, name, len).map(|w| RmsNorm::new(w, self.rms_eps))
-    }
-
-    /// An optional RMSNorm.
-    pub fn optional_norm(
-        &self,
-        file: &GgufFile,
-        name: &str,
-        len: usize,
-    ) -> Result<Option<RmsNorm>, ModelError> {
-        match file.has_tensor(name) {
-            true => self.norm(file, name, len).map(Some),
-            false => Ok(None),
-        }
     }
 
     /// Layer `l`'s attention: `attn_q/k/v` or a fused `attn_qkv`, optional biases and

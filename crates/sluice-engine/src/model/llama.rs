@@ -8,7 +8,8 @@ use super::Architecture;
 use super::blocks::{Activation, RopeStyle};
 use super::decoder::Decoder;
 use super::hparams::Hparams;
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// The llama family.
 pub struct Llama;

@@ -20,22 +20,12 @@ mod tensors;
 
 use std::sync::OnceLock;
 
-pub use attention::{Attention, AttentionOptions};
-pub use decoder::{Decoder, Layer};
+pub use decoder::Decoder;
 
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 use crate::kv::KvSlab;
-
-/// One token to run: which slot it belongs to and its position in that sequence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TokenRow {
-    /// Token id.
-    pub token: u32,
-    /// KV slot of its sequence.
-    pub slot: usize,
-    /// Position in the sequence (RoPE angle and KV index), counting real tokens only.
-    pub pos: usize,
-}
+pub use crate::kv::TokenRow;
 
 /// What the engine needs to know about a model's shape: the KV slab's dimensions and the
 /// width of a logits row.

@@ -6,7 +6,8 @@ use super::Architecture;
 use super::blocks::{Activation, RopeStyle};
 use super::decoder::Decoder;
 use super::hparams::Hparams;
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// The Phi-3 family.
 pub struct Phi3;

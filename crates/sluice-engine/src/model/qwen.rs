@@ -6,7 +6,8 @@ use super::Architecture;
 use super::blocks::{Activation, RopeStyle};
 use super::decoder::Decoder;
 use super::hparams::Hparams;
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// A Qwen family by its `general.architecture` name (`qwen2` or `qwen3`).
 pub struct Qwen(pub &'static str);

@@ -2,7 +2,8 @@
 
 use sluice_kernels::QLinear;
 
-use crate::gguf::{GgufFile, ModelError};
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
 
 /// A `rows x cols` matrix (`y = x · Wᵀ`), its shape checked against `(rows, cols)`.
 pub fn matrix(

@@ -21,6 +21,7 @@ pub struct Plan {
 
 impl Plan {
     /// Tokens of padding the batch's shape carries (bucket x rows minus real tokens).
+    #[cfg(test)]
     pub fn padding(&self, queue: &[Waiting]) -> usize {
         self.picks
             .iter()

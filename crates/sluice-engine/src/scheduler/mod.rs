@@ -5,6 +5,6 @@ pub mod batcher;
 pub mod bucket;
 pub mod chunk;
 
-pub use batcher::{Plan, Waiting, plan};
+pub use batcher::{Waiting, plan};
 pub use bucket::Buckets;
 pub use chunk::{chunk_cost, chunk_rows};

@@ -4,7 +4,7 @@
 use minijinja::{Environment, ErrorKind, context};
 use serde::{Deserialize, Serialize};
 
-use super::TokenizerError;
+use crate::error::TokenizerError;
 use crate::gguf::GgufFile;
 
 /// One message of a conversation.

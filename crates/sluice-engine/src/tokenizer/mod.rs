@@ -13,41 +13,8 @@ use std::path::Path;
 pub use chat::{ChatMessage, ChatTemplate};
 pub use incremental::IncrementalDecoder;
 
-use crate::gguf::{GgufFile, ModelError};
-
-/// Why text cannot be turned into tokens or back, or a conversation into a prompt.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenizerError {
-    /// A `tokenizer.json` that cannot be loaded.
-    #[error("tokenizer file {path}: {reason}")]
-    File {
-        /// The path.
-        path: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// The GGUF vocabulary cannot be turned into a tokenizer.
-    #[error("the GGUF vocabulary: {0}")]
-    Vocab(String),
-    /// Text that cannot be encoded.
-    #[error("the text cannot be tokenised: {0}")]
-    Encode(String),
-    /// Ids that cannot be decoded.
-    #[error("the token ids cannot be decoded: {0}")]
-    Decode(String),
-    /// The model has no chat template.
-    #[error(
-        "this model has no chat template (tokenizer.chat_template); use the completions API \
-         with a raw prompt"
-    )]
-    NoChatTemplate,
-    /// The model's chat template does not compile.
-    #[error("the chat template does not parse: {0}")]
-    TemplateSyntax(String),
-    /// The chat template refused the conversation (`raise_exception`) or failed on it.
-    #[error("the chat template cannot render these messages: {0}")]
-    Template(String),
-}
+use crate::error::{ModelError, TokenizerError};
+use crate::gguf::GgufFile;
 
 /// What turns raw text (between special tokens) into ids.
 pub(crate) enum Model {

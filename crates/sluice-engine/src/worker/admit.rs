@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use super::Worker;
 use crate::beam::BeamSearch;
-use crate::handle::Queued;
 use crate::prefix::{lru_key, place, reusable};
+use crate::protocol::Queued;
 use crate::request::ValidRequest;
 use crate::scheduler::{Buckets, Waiting, plan};
 use crate::sequence::Sequence;

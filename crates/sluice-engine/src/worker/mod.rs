@@ -5,6 +5,8 @@
 
 mod admit;
 mod step;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 
@@ -13,13 +15,15 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::handle::{Command, EngineConfig, Queued, Shared};
+use crate::config::EngineConfig;
+use crate::error::EngineError;
 use crate::kv::KvSlab;
 use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::prefix::SlotCache;
+use crate::protocol::{Command, EventSender, Queued, Shared};
 use crate::reload::{ReloadMode, Swap, Swapped};
-use crate::request::{EngineError, Event};
+use crate::request::Event;
 use crate::sequence::Sequence;
 use crate::slots::SlotPool;
 use crate::tokenizer::Tokenizer;
@@ -192,7 +196,7 @@ impl Worker {
         let timeout = self.config.request_timeout;
         let late = |since: Instant| timeout.is_some_and(|t| since.elapsed() > t);
         let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
-        let keep = |tx: &crate::handle::EventSender, submitted: Instant, route| {
+        let keep = |tx: &EventSender, submitted: Instant, route| {
             let gone = tx.is_closed();
             let expired = !gone && late(submitted);
             if gone {
@@ -239,7 +243,7 @@ impl Worker {
 /// final event).
 fn end_with_error(
     m: &Metrics,
-    tx: &crate::handle::EventSender,
+    tx: &EventSender,
     route: &'static str,
     reason: &str,
     err: EngineError,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::Worker;
 use crate::constraint::{Guide, SimpleVob};
-use crate::model::TokenRow;
+use crate::kv::TokenRow;
 use crate::request::PromptToken;
 use crate::sampling::{History, Sampled, SamplingParams, sample_with, scores};
 use crate::scheduler::{chunk_cost, chunk_rows};

@@ -1,9 +1,9 @@
 //! Chunked prefill, prefix reuse, shared prefills and prompt log-probabilities, with the
 //! fake model (docs/ARCHITECTURE.md, "Chunked prefill", "Prefix reuse").
 
+use super::{chain, config, drain, engine, engine_held_at, engine_of, wait_idle};
 use crate::model::TokenRow;
 use crate::model::fake::FakeModel;
-use crate::worker_tests::{chain, config, drain, engine, engine_held_at, engine_of, wait_idle};
 use crate::{EngineConfig, Event, FinishReason, ReloadMode, ValidRequest};
 
 fn small_batches(slots: usize, context: usize) -> EngineConfig {

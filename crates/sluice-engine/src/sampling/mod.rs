@@ -4,9 +4,7 @@
 
 use sluice_kernels::{exp_fast, exp_sum, exp_weights, max_value};
 
-#[path = "draw_bins.rs"]
 mod bins;
-#[path = "best.rs"]
 mod top;
 
 #[cfg(test)]
@@ -284,7 +282,7 @@ thread_local! {
 
 /// Temperature, then top-k, top-p and min-p over the candidates, then inverse-CDF
 /// sampling with `u` in candidate order (best first, ties by index). The binned walk
-/// (`draw_bins.rs`) finds the token without sorting; it gives up near rounding ties, where
+/// (`bins.rs`) finds the token without sorting; it gives up near rounding ties, where
 /// the exact walk decides.
 /// `max`: the logits' maximum.
 fn draw(logits: &[f32], max: f32, p: &SamplingParams, u: f64) -> u32 {
@@ -445,5 +443,4 @@ fn draw_exact(logits: &[f32], p: &SamplingParams, u: f64) -> u32 {
 }
 
 #[cfg(test)]
-#[path = "sampling_tests.rs"]
 mod tests;

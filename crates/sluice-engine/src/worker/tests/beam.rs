@@ -1,7 +1,7 @@
 //! Beam search on the fake model: slots per beam, copies, ends, and leaving mid-search.
 
+use super::{chain, config, drain, engine, engine_held_at, wait_idle};
 use crate::model::TokenRow;
-use crate::worker_tests::{chain, config, drain, engine, engine_held_at, wait_idle};
 use crate::{BeamOut, BeamSpec, Event, EventStream, FinishReason, ValidRequest};
 
 fn beam(prompt: Vec<u32>, max_tokens: usize, width: usize, n: usize) -> ValidRequest {

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::drain;
 use crate::model::fake::{FakeModel, VOCAB};
-use crate::worker_tests::drain;
 use crate::{EngineConfig, EngineError, EngineHandle, Event};
 use crate::{FinishReason, GrammarSpec, Grammars, Tokenizer, ValidRequest};
 

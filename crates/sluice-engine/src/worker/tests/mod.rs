@@ -3,6 +3,10 @@
 //! holds its first forward call until the test releases it, so requests are queued
 //! deterministically, without sleeping for the worker.
 
+mod beam;
+mod constraint;
+mod prefill;
+
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};

@@ -189,8 +189,8 @@ pub enum ConfigError {
 }
 
 /// Parses `--quantize`.
-pub fn quantize(v: &str) -> Result<sluice_engine::hf::Quantize, ConfigError> {
-    sluice_engine::hf::Quantize::parse(v).ok_or_else(|| ConfigError::Invalid {
+pub fn quantize(v: &str) -> Result<sluice_engine::Quantize, ConfigError> {
+    sluice_engine::Quantize::parse(v).ok_or_else(|| ConfigError::Invalid {
         flag: "quantize",
         reason: format!("`{v}` is not one of q8_0, q4_0, q4_k, none"),
     })
@@ -458,5 +458,4 @@ impl ServeArgs {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

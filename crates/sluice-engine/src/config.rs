@@ -1,0 +1,44 @@
+//! The engine's sizing and policy, set once at start-up. A leaf.
+
+/// Engine sizing and policy.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Concurrent sequences (KV slab rows).
+    pub slots: usize,
+    /// Positions per slot: prompt + generated tokens of one sequence.
+    pub context: usize,
+    /// Smallest prompt bucket.
+    pub min_bucket: usize,
+    /// Tokens one forward pass may carry: every decoding sequence's row plus prompt
+    /// chunks (docs/ARCHITECTURE.md, "Chunked prefill").
+    pub max_batch_tokens: usize,
+    /// Whether new requests may reuse prompt prefixes left in the slab.
+    pub prefix_reuse: bool,
+    /// Shortest prefix worth reusing, in tokens.
+    pub min_prefix_reuse: usize,
+    /// Requests allowed to wait for a slot; beyond it submissions are refused.
+    pub max_queued: usize,
+    /// Prompt tokens allowed to wait in the queue (0: no budget).
+    pub max_queued_tokens: usize,
+    /// Whole-request deadline, queue time included (`None`: no deadline).
+    pub request_timeout: Option<std::time::Duration>,
+    /// Label of the loaded weights (reported as `system_fingerprint`).
+    pub weights_version: String,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            slots: 32,
+            context: 2048,
+            min_bucket: 16,
+            max_batch_tokens: 512,
+            prefix_reuse: true,
+            min_prefix_reuse: 16,
+            max_queued: 256,
+            max_queued_tokens: 0,
+            request_timeout: None,
+            weights_version: "v1".into(),
+        }
+    }
+}
