@@ -495,5 +495,4 @@ pub(crate) const fn high_bits(nibbles: bool, bits: u32) -> usize {
 }
 
 #[cfg(test)]
-#[path = "packed_tests.rs"]
 mod tests;
