@@ -7,35 +7,10 @@
 //! the offset inside the integer sum instead, from each block's *lane sums* (`l32`, `l16`:
 //! `lane_sums`).
 
-use crate::acts_tiles::{FOLDS, Rows, TILE, Tiles, TilesOut};
+use crate::acts_tiles::{Rows, TilesOut};
+use crate::layout::{ABLOCK, FOLDS, Out, QuantActs, TILE};
 use crate::simd::Simd;
 use crate::threads::Chunks;
-
-/// Values per activation block.
-pub const ABLOCK: usize = 32;
-
-/// `n` rows of `cols` activations as int8 blocks.
-#[derive(Debug, Default)]
-pub struct QuantActs {
-    /// Rows.
-    pub n: usize,
-    /// Values per row (a multiple of 32).
-    pub cols: usize,
-    /// Quantised values, row-major.
-    pub q: Vec<i8>,
-    /// Scale of each block of 32 (`n x cols/32`).
-    pub d: Vec<f32>,
-    /// `d * Σq` over each block of 32.
-    pub s32: Vec<f32>,
-    /// `d * Σq` over each half-block of 16 (`n x cols/16`).
-    pub s16: Vec<f32>,
-    /// Lane sums of each block of 32 (`n x cols/32`, see `lane_sums`).
-    pub l32: Vec<i32>,
-    /// Lane sums of each half-block of 16 (`n x cols/16`).
-    pub l16: Vec<i32>,
-    /// The whole tiles of 8 rows, laid out for the AVX-512 kernel (empty below it).
-    pub(crate) tiles: Tiles,
-}
 
 impl QuantActs {
     /// Quantises `x` (`n x cols`, `cols` a multiple of 32) at the current SIMD level.
@@ -136,12 +111,6 @@ impl QuantActs {
             }
         });
     }
-
-    /// Block sums for weight blocks of `bk` (16 or 32) columns.
-    #[inline(always)]
-    pub fn sums(&self, bk: usize) -> &[f32] {
-        if bk == 16 { &self.s16 } else { &self.s32 }
-    }
 }
 
 /// The lane sums of quants `q` (whole blocks of 32), negated: for each block of 16 and of
@@ -164,37 +133,6 @@ pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
         l16[2 * b] = pack(sums[0][0], sums[0][1]);
         l16[2 * b + 1] = pack(sums[1][0], sums[1][1]);
         l32[b] = pack(sums[0][0] + sums[1][0], sums[0][1] + sums[1][1]);
-    }
-}
-
-/// `-Σq` of a block from its lane sums (`lane_sums`): the two negated 16-bit halves added.
-#[inline(always)]
-pub(crate) fn neg_sum(lanes: i32) -> i32 {
-    (lanes as i16 as i32) + (lanes >> 16)
-}
-
-/// The output slices of some rows.
-pub(crate) struct Out<'a> {
-    pub q: &'a mut [i8],
-    pub d: &'a mut [f32],
-    pub s32: &'a mut [f32],
-    pub s16: &'a mut [f32],
-}
-
-impl Out<'_> {
-    /// The quant bytes of block `b`.
-    #[inline(always)]
-    pub(crate) fn block(&mut self, b: usize) -> &mut [i8] {
-        &mut self.q[b * ABLOCK..][..ABLOCK]
-    }
-
-    /// Block `b`'s scale and sums, from the sums of its halves' quants (`quantise_block`).
-    #[inline(always)]
-    pub(crate) fn put(&mut self, b: usize, (s0, s1, d): (i32, i32, f32)) {
-        self.d[b] = d;
-        self.s16[2 * b] = d * s0 as f32;
-        self.s16[2 * b + 1] = d * s1 as f32;
-        self.s32[b] = d * (s0 + s1) as f32;
     }
 }
 

@@ -18,31 +18,7 @@
 //! broadcast load, where the float offset term was one multiply-add per row and block
 //! (another 214 -> 235 GMAC/s in the C model).
 
-use crate::acts::{ABLOCK, neg_sum};
-
-/// Rows per tile.
-pub(crate) const TILE: usize = 8;
-
-/// The (block size, shift) pairs of the offsets `-2^s·d` that the AVX-512 kernel takes
-/// inside the integer sum: Q4_0 (32, 3), Q5_0 (32, 4), Q8_0 (32, 7), Q6_K (16, 5).
-pub(crate) const FOLDS: [(usize, u32); 4] = [(32, 3), (32, 4), (32, 7), (16, 5)];
-
-/// The whole tiles of a `QuantActs` (rows past the last whole tile are only row-major).
-#[derive(Debug, Default)]
-pub struct Tiles {
-    /// Whole tiles.
-    pub(crate) n: usize,
-    /// Quants, `[tile][block of 32][row][32]`.
-    pub(crate) q: Vec<i8>,
-    /// Scale of each block of 32, `[tile][block][row]`.
-    pub(crate) d: Vec<f32>,
-    /// `d · Σq` over each block of 32, `[tile][block][row]`.
-    pub(crate) s32: Vec<f32>,
-    /// `d · Σq` over each block of 16, `[tile][block of 16][row]`.
-    pub(crate) s16: Vec<f32>,
-    /// `-2^s · Σq` over each block of `bk` for each `FOLDS` entry, `[tile][block][row]`.
-    pub(crate) z: [Vec<i32>; FOLDS.len()],
-}
+use crate::layout::{ABLOCK, FOLDS, TILE, Tiles, neg_sum};
 
 impl Tiles {
     /// Sizes the buffers for `tiles` tiles of rows of `cols` values.
@@ -56,12 +32,6 @@ impl Tiles {
         for (z, (bk, _)) in self.z.iter_mut().zip(FOLDS) {
             z.resize(tiles * TILE * cols / bk, 0);
         }
-    }
-
-    /// Sums by blocks of `bk` (16 or 32).
-    #[inline(always)]
-    pub(crate) fn sums(&self, bk: usize) -> &[f32] {
-        if bk == 16 { &self.s16 } else { &self.s32 }
     }
 }
 

@@ -6,7 +6,8 @@
 
 use half::f16;
 
-use crate::attention::{Attn, softmax_unnormalised};
+use crate::attention::softmax_unnormalised;
+use crate::layout::Attn;
 
 /// A tile of consecutive rows of one slot, `g` heads each: query `j` is row `j / g`, head
 /// `j % g`.

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, KEY_BLOCK, key_index};
+use crate::layout::{Attn, KEY_BLOCK, key_index};
 
 /// Prefetches the f16 values (or keys) `vp[lo..hi]` into L1, a cache line (32 halves) at a
 /// time.

@@ -5,9 +5,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::{ABLOCK, Out};
-use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
+use crate::attention::softmax_unnormalised;
 use crate::avx2::prefetch_values;
+use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, key_index};
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {

@@ -37,6 +37,7 @@ mod avx512_matmul;
 mod avx512_rows;
 mod dense;
 mod formats;
+mod layout;
 mod linear;
 mod packed;
 mod packed_portable;
@@ -46,13 +47,10 @@ mod softmax;
 pub mod threads;
 
 pub use activation::{gelu_mul, silu_mul};
-pub use acts::{ABLOCK, QuantActs};
 pub use alloc::CountingAlloc;
-pub use attention::{
-    Attn, KEY_BLOCK, attend_group, attend_rows, exp_fast, key_index, rows_per_tile,
-};
+pub use attention::{attend_group, attend_rows, exp_fast, rows_per_tile};
+pub use layout::{ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, QuantActs, key_index};
 pub use linear::{Input, LinearError, QLinear};
-pub use packed::{PackedMatrix, Part};
 pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};
 pub use softmax::{bin_indices, exp_sum, exp_weights, max_value};
