@@ -1,7 +1,7 @@
 //! Gated activations of the feed-forward block: `g = act(g) * u` for SwiGLU (SiLU) and
 //! GeGLU (GELU, tanh approximation, as Gemma uses).
 
-use crate::attention::exp_fast;
+use crate::plain::{gelu_body, silu_body};
 use crate::simd::Simd;
 
 /// Elements per parallel task: element-wise work, so the split changes no result.
@@ -43,24 +43,6 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
             _ => gelu_body(gate, up),
         }
     });
-}
-
-#[inline(always)]
-pub(crate) fn silu_body(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp_fast(-*g)) * u;
-    }
-}
-
-/// GELU as `x * sigmoid(2·√(2/π)·(x + 0.044715x³))`, which equals the tanh form.
-#[inline(always)]
-pub(crate) fn gelu_body(gate: &mut [f32], up: &[f32]) {
-    const K: f32 = 0.797_884_6; // √(2/π)
-    for (g, u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let t = 2.0 * K * (x + 0.044_715 * x * x * x);
-        *g = x / (1.0 + exp_fast(-t)) * u;
-    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 
 use half::f16;
 
-use crate::attention::softmax_unnormalised;
 use crate::layout::Attn;
+use crate::plain::softmax_unnormalised;
 
 /// A tile of consecutive rows of one slot, `g` heads each: query `j` is row `j / g`, head
 /// `j % g`.
