@@ -17,10 +17,10 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-            Simd::Avx512 => unsafe { crate::avx512::silu_mul(gate, up) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::silu_mul(gate, up) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::silu_mul(gate, up) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::silu_mul(gate, up) },
             _ => silu_body(gate, up),
         }
     });
@@ -36,10 +36,10 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
         match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx512 => unsafe { crate::avx512::gelu_mul(gate, up) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::gelu_mul(gate, up) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::gelu_mul(gate, up) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::gelu_mul(gate, up) },
             _ => gelu_body(gate, up),
         }
     });

@@ -73,10 +73,10 @@ impl QuantActs {
             match level {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::current` only returns a level the CPU reports.
-                Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
+                Simd::Avx512 => unsafe { crate::x86::avx512::quantise(&mut out, x) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as above.
-                Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
+                Simd::Avx2 => unsafe { crate::x86::avx2::acts::quantise(&mut out, x) },
                 _ => quantise(&mut out, x),
             }
             // SAFETY: as above.
@@ -85,7 +85,7 @@ impl QuantActs {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::current` only returns a level the CPU reports.
                 Simd::Avx2 | Simd::Avx512 => unsafe {
-                    crate::avx2_acts::lane_sums(out.q, l32, l16)
+                    crate::x86::avx2::acts::lane_sums(out.q, l32, l16)
                 },
                 _ => lane_sums(out.q, l32, l16),
             }
@@ -120,8 +120,8 @@ impl QuantActs {
 /// activations that the even and the odd 16-bit lane of a `vpmaddubsw` against a chunk of
 /// packed weights (`packed.rs`) multiply, so a kernel starts a block's 16-bit sums at them
 /// (shifted left by log2 of the offset) to take a derived offset `k·d` into the integer
-/// sum. Each sum is at most 16 · 127 in magnitude. (The plain loop: `avx2_acts` has the
-/// AVX2 kernel.)
+/// sum. Each sum is at most 16 · 127 in magnitude. (The plain loop: `x86::avx2::acts` has
+/// the AVX2 kernel.)
 pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
     let pack = |even: i32, odd: i32| ((-even) as u16 as u32 | ((-odd) as u16 as u32) << 16) as i32;
     for (b, qb) in q.chunks_exact(ABLOCK).enumerate() {
@@ -180,7 +180,7 @@ mod tests {
             let mut got = fresh();
             let (q, d, s32, s16) = &mut got;
             // SAFETY: the CPU has AVX2 (checked above).
-            unsafe { crate::avx2_acts::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            unsafe { crate::x86::avx2::acts::quantise(&mut Out { q, d, s32, s16 }, &x) };
             assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
         #[cfg(target_arch = "x86_64")]
@@ -188,7 +188,7 @@ mod tests {
             let mut got = fresh();
             let (q, d, s32, s16) = &mut got;
             // SAFETY: the CPU has AVX-512 (checked above).
-            unsafe { crate::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            unsafe { crate::x86::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
             // Compared as text, as above: a NaN sum is never equal to itself.
             assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
@@ -207,7 +207,7 @@ mod tests {
         if matches!(Simd::detected(), Simd::Avx2 | Simd::Avx512) {
             let (mut got32, mut got16) = (vec![0; 8], vec![0; 16]);
             // SAFETY: the CPU has AVX2 (checked above).
-            unsafe { crate::avx2_acts::lane_sums(&q, &mut got32, &mut got16) };
+            unsafe { crate::x86::avx2::acts::lane_sums(&q, &mut got32, &mut got16) };
             assert_eq!((got32, got16), (want32, want16));
         }
     }

@@ -1,5 +1,5 @@
 //! Activation rows in tiles of 8, the layout the AVX-512 many-row matmul reads
-//! (`avx512_matmul::tile`).
+//! (`x86::avx512::matmul::tile`).
 //!
 //! A tile holds 8 consecutive rows. Its quants are stored block by block: for each block
 //! of 32 columns, the 8 rows' 32 bytes one after the other (256 bytes). Row `k`'s 4 bytes
@@ -9,8 +9,8 @@
 //! them from one shared index: `vpdpbusd` with an indexed memory operand, which Intel
 //! cores split into two micro-ops (this VM has no hardware counters to show it; the
 //! measured gain: a C model of the kernel 184 -> 214 GMAC/s from the layout, the Rust
-//! kernel Q5_0 384 -> 435-463 from plain addresses, `avx512_matmul::opaque`). The scales
-//! and block sums are stored the same way (`[tile][block][row]`).
+//! kernel Q5_0 384 -> 435-463 from plain addresses, `x86::avx512::matmul::opaque`). The
+//! scales and block sums are stored the same way (`[tile][block][row]`).
 //!
 //! For weights whose offset is `-2^s·d` (Q4_0, Q5_0, Q8_0 packed as `q + 128`, Q6_K:
 //! `FOLDS`), the kernel takes the offset inside the integer sum by starting each block's

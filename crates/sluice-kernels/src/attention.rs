@@ -17,11 +17,11 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
         Simd::Avx512 if a.hd.is_multiple_of(16) && a.plain() => unsafe {
-            crate::avx512::attend(a, scores, out)
+            crate::x86::avx512::attend(a, scores, out)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::attend(a, scores, out) },
+        Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, out) },
         _ => attend_body(a, scores, out, |x, y, acc| x * y + acc),
     }
 }
@@ -31,11 +31,11 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 pub fn rows_per_tile(g: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if Simd::current() == Simd::Avx512 && g > 0 {
-        return (crate::avx512_rows::QUERIES / g).max(1);
+        return (crate::x86::avx512::rows::QUERIES / g).max(1);
     }
     #[cfg(target_arch = "x86_64")]
     if Simd::current() == Simd::Avx2 && g > 0 {
-        return (crate::avx2_rows::QUERIES / g).max(1);
+        return (crate::x86::avx2::rows::QUERIES / g).max(1);
     }
     let _ = g;
     1
@@ -56,21 +56,21 @@ pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
     if tile.len() > 1
         && Simd::current() == Simd::Avx512
         && tile[0].hd.is_multiple_of(16)
-        && tile.len() * (per / tile[0].hd) <= crate::avx512_rows::QUERIES
+        && tile.len() * (per / tile[0].hd) <= crate::x86::avx512::rows::QUERIES
     {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
-        return unsafe { crate::avx512_rows::attend_rows(tile, scores, out) };
+        return unsafe { crate::x86::avx512::rows::attend_rows(tile, scores, out) };
     }
     #[cfg(target_arch = "x86_64")]
     if tile.len() > 1
         && matches!(Simd::current(), Simd::Avx2 | Simd::Avx512)
         && tile[0].hd.is_multiple_of(8)
-        && tile.len() * (per / tile[0].hd) <= crate::avx2_rows::QUERIES
+        && tile.len() * (per / tile[0].hd) <= crate::x86::avx2::rows::QUERIES
     {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
-        return unsafe { crate::avx2_rows::attend_rows(tile, scores, out) };
+        return unsafe { crate::x86::avx2::rows::attend_rows(tile, scores, out) };
     }
     for (a, o) in tile.iter().zip(out.chunks_mut(per)) {
         attend_group(a, scores, o);
@@ -136,12 +136,12 @@ mod tests {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: the level is available (checked above).
                     Simd::Avx512 if hd % 16 == 0 => unsafe {
-                        crate::avx512::attend(&a, &mut scratch, &mut out)
+                        crate::x86::avx512::attend(&a, &mut scratch, &mut out)
                     },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
                     Simd::Avx2 | Simd::Avx512 => unsafe {
-                        crate::avx2::attend(&a, &mut scratch, &mut out)
+                        crate::x86::avx2::attend(&a, &mut scratch, &mut out)
                     },
                     _ => attend_body(&a, &mut scratch, &mut out, |x, y, acc| x * y + acc),
                 }
@@ -194,12 +194,17 @@ mod tests {
                 attend_rows(&tile[..n], &mut Vec::new(), &mut got);
                 // The AVX2 kernel too where the AVX-512 one takes the tiles.
                 #[cfg(target_arch = "x86_64")]
-                let avx2 = (Simd::current() == Simd::Avx512 && n * g <= crate::avx2_rows::QUERIES)
+                let avx2 = (Simd::current() == Simd::Avx512
+                    && n * g <= crate::x86::avx2::rows::QUERIES)
                     .then(|| {
                         let mut got = vec![f32::NAN; n * g * hd];
                         // SAFETY: the CPU has AVX-512, hence AVX2, FMA and F16C.
                         unsafe {
-                            crate::avx2_rows::attend_rows(&tile[..n], &mut Vec::new(), &mut got)
+                            crate::x86::avx2::rows::attend_rows(
+                                &tile[..n],
+                                &mut Vec::new(),
+                                &mut got,
+                            )
                         };
                         got
                     });
@@ -264,7 +269,7 @@ mod tests {
             match level {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the level is available (checked above).
-                Simd::Avx2 => unsafe { crate::avx2::attend(&a, &mut Vec::new(), &mut out) },
+                Simd::Avx2 => unsafe { crate::x86::avx2::attend(&a, &mut Vec::new(), &mut out) },
                 Simd::Avx512 => attend_group(&a, &mut Vec::new(), &mut out),
                 _ => attend_body(&a, &mut Vec::new(), &mut out, |x, y, acc| x * y + acc),
             }

@@ -241,14 +241,18 @@ impl PackedMatrix {
                 if !self.signed
                     && self.high() == 0
                     && (self.m_of_d.is_none() || fold.is_some()) =>
-            unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold) },
+            unsafe { crate::x86::avx512::matmul::packed_groups(self, a, part, y, stride, fold) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2). Compact 5- and 6-bit matrices
             // (decode) run here.
-            Simd::Avx512 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
+            Simd::Avx512 => unsafe {
+                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
+            Simd::Avx2 => unsafe {
+                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+            },
             // SAFETY: the caller's contract covers `y`.
             _ => unsafe { crate::packed_portable::groups(self, a, part, y, stride) },
         }

@@ -1,7 +1,7 @@
 //! The instruction-set level, detected once, and the f32 dot product.
 //!
-//! Kernel bodies are written once and compiled three times: with AVX-512 (`avx512.rs`),
-//! with AVX2+FMA (`avx2.rs`) and for the baseline target. `SLUICE_KERNEL=portable|avx2|avx512`
+//! Kernel bodies are written once (`plain/`) and compiled three times: with AVX-512
+//! (`x86/avx512/mod.rs`), with AVX2+FMA (`x86/avx2/mod.rs`) and for the baseline target. `SLUICE_KERNEL=portable|avx2|avx512`
 //! forces a path (tests use it to cover the fallback); an unsupported choice falls back to
 //! what the CPU has.
 
@@ -73,10 +73,10 @@ pub fn dot_at(level: Simd, a: &[f32], b: &[f32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-        Simd::Avx512 => unsafe { crate::avx512::dot(a, b) },
+        Simd::Avx512 => unsafe { crate::x86::avx512::dot(a, b) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Simd::Avx2 => unsafe { crate::avx2::dot(a, b) },
+        Simd::Avx2 => unsafe { crate::x86::avx2::dot(a, b) },
         _ => dot_body(a, b, |x, y, acc| x * y + acc),
     }
 }

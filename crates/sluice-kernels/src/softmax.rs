@@ -1,8 +1,9 @@
 //! The passes sampling makes over a whole vocabulary (49,152 to 262,144 logits per row and
 //! step): the largest logit, the temperature weights with their total, and the softmax
-//! normaliser. Plain loops in fixed lanes, compiled per instruction set (`avx2.rs`,
-//! `avx512.rs`): the same operations in the same order at every level, so every level gives
-//! the same bits (Rust never fuses a multiply and an add by itself).
+//! normaliser. Plain loops in fixed lanes (`plain/softmax.rs`), compiled per instruction
+//! set (`x86/avx2/mod.rs`, `x86/avx512/mod.rs`): the same operations in the same order at
+//! every level, so every level gives the same bits (Rust never fuses a multiply and an add
+//! by itself).
 
 use crate::plain::{bins_body, exp_sum_body, max_body, weights_body};
 use crate::simd::Simd;
@@ -12,10 +13,10 @@ macro_rules! dispatch {
         match Simd::current() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-            Simd::Avx512 => unsafe { crate::avx512::$name($($arg),*) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::$name($($arg),*) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::$name($($arg),*) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::$name($($arg),*) },
             _ => $name($($arg),*),
         }
     };

@@ -1,8 +1,12 @@
 //! The AVX2 kernels (AVX2 with FMA and F16C): decode attention, and the plain-loop
 //! definitions of the other kernels compiled with these features enabled. The integer
-//! matmul of `PackedMatrix` is in `avx2_matmul.rs`, activation quantisation in
-//! `avx2_acts.rs`, prompt attention in `avx2_rows.rs`.
+//! matmul of `PackedMatrix` is in `matmul.rs`, activation quantisation in `acts.rs`,
+//! prompt attention in `rows.rs`.
 //! `unsafe` only because of the CPU features, which `Simd::current` checks once.
+
+pub(crate) mod acts;
+pub(crate) mod matmul;
+pub(crate) mod rows;
 
 use std::arch::x86_64::*;
 
@@ -21,7 +25,7 @@ pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
 
 /// Attention: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
 /// every head of the group), soft-cap and softmax over the window, then the values in
-/// 16-wide column strips. The sums run in the order of `attention::attend_body`.
+/// 16-wide column strips. The sums run in the order of `plain::attend_body`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     const H: usize = 4;

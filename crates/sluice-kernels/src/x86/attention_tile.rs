@@ -1,4 +1,4 @@
-//! What the tile kernels of `attention::attend_rows` (`avx2_rows`, `avx512_rows`) share
+//! What the tile kernels of `attention::attend_rows` (`avx2::rows`, `avx512::rows`) share
 //! beside their vector code: the tile's shape, checked; its queries scaled and laid out for
 //! broadcasting; each query's soft-cap and softmax over its own positions; the positions
 //! each query takes. Plain code, inlined into each kernel (and so compiled with its

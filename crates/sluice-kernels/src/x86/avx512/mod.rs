@@ -1,13 +1,16 @@
 //! The AVX-512 kernels (AVX-512F/BW with FMA and F16C) of activation quantisation,
-//! attention, and the f32 helpers (the matmul is in `avx512_matmul.rs`). Each function
+//! attention, and the f32 helpers (the matmul is in `matmul.rs`). Each function
 //! here is `unsafe` only because it needs those CPU features; `Simd::current` checks them
 //! once and the safe wrappers in the other files dispatch here.
 
+pub(crate) mod matmul;
+pub(crate) mod rows;
+
 use std::arch::x86_64::*;
 
-use crate::avx2::prefetch_values;
 use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, key_index};
 use crate::plain::softmax_unnormalised;
+use crate::x86::avx2::prefetch_values;
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {

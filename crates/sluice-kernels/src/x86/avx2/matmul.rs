@@ -46,7 +46,7 @@ const fn run16(bits: u32, signed: bool) -> usize {
 /// registers (chunk-outer). Every row's sums are taken in the same order whatever `R` and
 /// `H` are, and integer sums are exact, so the 16-bit runs change no result.
 ///
-/// With `FOLD` > 0 the offset is `-2^FOLD·d` (Q4_0, Q5_0, Q6_K: `packed::folded_shift`)
+/// With `FOLD` > 0 the offset is `-2^FOLD·d` (Q4_0, Q5_0, Q6_K: `layout::folded_shift`)
 /// and goes into the integer sum: each row's 16-bit sums start at its lane sums shifted
 /// left by `FOLD` (`acts::lane_sums`), so they end at `Σ (u - 2^FOLD)·q`, which
 /// `folded_shift` keeps below 2^15 in magnitude and so is exact in 16 bits whatever the
