@@ -1,7 +1,7 @@
 //! Gated activations of the feed-forward block: `g = act(g) * u` for SwiGLU (SiLU) and
 //! GeGLU (GELU, tanh approximation, as Gemma uses).
 
-use crate::attention::exp_fast;
+use crate::plain::{gelu_body, silu_body};
 use crate::simd::Simd;
 
 /// Elements per parallel task: element-wise work, so the split changes no result.
@@ -17,10 +17,10 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-            Simd::Avx512 => unsafe { crate::avx512::silu_mul(gate, up) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::silu_mul(gate, up) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::silu_mul(gate, up) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::silu_mul(gate, up) },
             _ => silu_body(gate, up),
         }
     });
@@ -36,31 +36,13 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
         match level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx512 => unsafe { crate::avx512::gelu_mul(gate, up) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::gelu_mul(gate, up) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::gelu_mul(gate, up) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::gelu_mul(gate, up) },
             _ => gelu_body(gate, up),
         }
     });
-}
-
-#[inline(always)]
-pub(crate) fn silu_body(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp_fast(-*g)) * u;
-    }
-}
-
-/// GELU as `x * sigmoid(2·√(2/π)·(x + 0.044715x³))`, which equals the tanh form.
-#[inline(always)]
-pub(crate) fn gelu_body(gate: &mut [f32], up: &[f32]) {
-    const K: f32 = 0.797_884_6; // √(2/π)
-    for (g, u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let t = 2.0 * K * (x + 0.044_715 * x * x * x);
-        *g = x / (1.0 + exp_fast(-t)) * u;
-    }
 }
 
 #[cfg(test)]

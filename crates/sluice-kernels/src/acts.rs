@@ -7,35 +7,11 @@
 //! the offset inside the integer sum instead, from each block's *lane sums* (`l32`, `l16`:
 //! `lane_sums`).
 
-use crate::acts_tiles::{FOLDS, Rows, TILE, Tiles, TilesOut};
+use crate::acts_tiles::{Rows, TilesOut};
+use crate::layout::{ABLOCK, FOLDS, Out, QuantActs, TILE};
+use crate::plain::quantise_block;
 use crate::simd::Simd;
 use crate::threads::Chunks;
-
-/// Values per activation block.
-pub const ABLOCK: usize = 32;
-
-/// `n` rows of `cols` activations as int8 blocks.
-#[derive(Debug, Default)]
-pub struct QuantActs {
-    /// Rows.
-    pub n: usize,
-    /// Values per row (a multiple of 32).
-    pub cols: usize,
-    /// Quantised values, row-major.
-    pub q: Vec<i8>,
-    /// Scale of each block of 32 (`n x cols/32`).
-    pub d: Vec<f32>,
-    /// `d * Σq` over each block of 32.
-    pub s32: Vec<f32>,
-    /// `d * Σq` over each half-block of 16 (`n x cols/16`).
-    pub s16: Vec<f32>,
-    /// Lane sums of each block of 32 (`n x cols/32`, see `lane_sums`).
-    pub l32: Vec<i32>,
-    /// Lane sums of each half-block of 16 (`n x cols/16`).
-    pub l16: Vec<i32>,
-    /// The whole tiles of 8 rows, laid out for the AVX-512 kernel (empty below it).
-    pub(crate) tiles: Tiles,
-}
 
 impl QuantActs {
     /// Quantises `x` (`n x cols`, `cols` a multiple of 32) at the current SIMD level.
@@ -97,10 +73,10 @@ impl QuantActs {
             match level {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::current` only returns a level the CPU reports.
-                Simd::Avx512 => unsafe { crate::avx512::quantise(&mut out, x) },
+                Simd::Avx512 => unsafe { crate::x86::avx512::quantise(&mut out, x) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as above.
-                Simd::Avx2 => unsafe { crate::avx2_acts::quantise(&mut out, x) },
+                Simd::Avx2 => unsafe { crate::x86::avx2::acts::quantise(&mut out, x) },
                 _ => quantise(&mut out, x),
             }
             // SAFETY: as above.
@@ -109,7 +85,7 @@ impl QuantActs {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Simd::current` only returns a level the CPU reports.
                 Simd::Avx2 | Simd::Avx512 => unsafe {
-                    crate::avx2_acts::lane_sums(out.q, l32, l16)
+                    crate::x86::avx2::acts::lane_sums(out.q, l32, l16)
                 },
                 _ => lane_sums(out.q, l32, l16),
             }
@@ -136,12 +112,6 @@ impl QuantActs {
             }
         });
     }
-
-    /// Block sums for weight blocks of `bk` (16 or 32) columns.
-    #[inline(always)]
-    pub fn sums(&self, bk: usize) -> &[f32] {
-        if bk == 16 { &self.s16 } else { &self.s32 }
-    }
 }
 
 /// The lane sums of quants `q` (whole blocks of 32), negated: for each block of 16 and of
@@ -150,8 +120,8 @@ impl QuantActs {
 /// activations that the even and the odd 16-bit lane of a `vpmaddubsw` against a chunk of
 /// packed weights (`packed.rs`) multiply, so a kernel starts a block's 16-bit sums at them
 /// (shifted left by log2 of the offset) to take a derived offset `k·d` into the integer
-/// sum. Each sum is at most 16 · 127 in magnitude. (The plain loop: `avx2_acts` has the
-/// AVX2 kernel.)
+/// sum. Each sum is at most 16 · 127 in magnitude. (The plain loop: `x86::avx2::acts` has
+/// the AVX2 kernel.)
 pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
     let pack = |even: i32, odd: i32| ((-even) as u16 as u32 | ((-odd) as u16 as u32) << 16) as i32;
     for (b, qb) in q.chunks_exact(ABLOCK).enumerate() {
@@ -167,37 +137,6 @@ pub(crate) fn lane_sums(q: &[i8], l32: &mut [i32], l16: &mut [i32]) {
     }
 }
 
-/// `-Σq` of a block from its lane sums (`lane_sums`): the two negated 16-bit halves added.
-#[inline(always)]
-pub(crate) fn neg_sum(lanes: i32) -> i32 {
-    (lanes as i16 as i32) + (lanes >> 16)
-}
-
-/// The output slices of some rows.
-pub(crate) struct Out<'a> {
-    pub q: &'a mut [i8],
-    pub d: &'a mut [f32],
-    pub s32: &'a mut [f32],
-    pub s16: &'a mut [f32],
-}
-
-impl Out<'_> {
-    /// The quant bytes of block `b`.
-    #[inline(always)]
-    pub(crate) fn block(&mut self, b: usize) -> &mut [i8] {
-        &mut self.q[b * ABLOCK..][..ABLOCK]
-    }
-
-    /// Block `b`'s scale and sums, from the sums of its halves' quants (`quantise_block`).
-    #[inline(always)]
-    pub(crate) fn put(&mut self, b: usize, (s0, s1, d): (i32, i32, f32)) {
-        self.d[b] = d;
-        self.s16[2 * b] = d * s0 as f32;
-        self.s16[2 * b + 1] = d * s1 as f32;
-        self.s32[b] = d * (s0 + s1) as f32;
-    }
-}
-
 /// Plain loops (the definition the AVX2 and AVX-512 paths follow).
 #[inline(always)]
 pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
@@ -205,29 +144,6 @@ pub(crate) fn quantise(a: &mut Out, x: &[f32]) {
         let sums = quantise_block(xb, a.block(b));
         a.put(b, sums);
     }
-}
-
-/// One block of 32: its quants into `qb`; returns the sums of each half's quants and the
-/// scale.
-#[inline(always)]
-pub(crate) fn quantise_block(xb: &[f32], qb: &mut [i8]) -> (i32, i32, f32) {
-    let mut amax = 0f32;
-    for v in xb {
-        amax = amax.max(v.abs());
-    }
-    let d = amax / 127.0;
-    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut sums = [0i32; 2];
-    for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
-        let mut s = 0i32;
-        for (q, v) in qh.iter_mut().zip(xh) {
-            let r = (v * id).round_ties_even() as i32;
-            *q = r as i8;
-            s += r;
-        }
-        sums[h] = s;
-    }
-    (sums[0], sums[1], d)
 }
 
 #[cfg(test)]
@@ -264,7 +180,7 @@ mod tests {
             let mut got = fresh();
             let (q, d, s32, s16) = &mut got;
             // SAFETY: the CPU has AVX2 (checked above).
-            unsafe { crate::avx2_acts::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            unsafe { crate::x86::avx2::acts::quantise(&mut Out { q, d, s32, s16 }, &x) };
             assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
         #[cfg(target_arch = "x86_64")]
@@ -272,7 +188,7 @@ mod tests {
             let mut got = fresh();
             let (q, d, s32, s16) = &mut got;
             // SAFETY: the CPU has AVX-512 (checked above).
-            unsafe { crate::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
+            unsafe { crate::x86::avx512::quantise(&mut Out { q, d, s32, s16 }, &x) };
             // Compared as text, as above: a NaN sum is never equal to itself.
             assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
@@ -291,7 +207,7 @@ mod tests {
         if matches!(Simd::detected(), Simd::Avx2 | Simd::Avx512) {
             let (mut got32, mut got16) = (vec![0; 8], vec![0; 16]);
             // SAFETY: the CPU has AVX2 (checked above).
-            unsafe { crate::avx2_acts::lane_sums(&q, &mut got32, &mut got16) };
+            unsafe { crate::x86::avx2::acts::lane_sums(&q, &mut got32, &mut got16) };
             assert_eq!((got32, got16), (want32, want16));
         }
     }

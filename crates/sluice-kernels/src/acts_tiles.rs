@@ -1,5 +1,5 @@
 //! Activation rows in tiles of 8, the layout the AVX-512 many-row matmul reads
-//! (`avx512_matmul::tile`).
+//! (`x86::avx512::matmul::tile`).
 //!
 //! A tile holds 8 consecutive rows. Its quants are stored block by block: for each block
 //! of 32 columns, the 8 rows' 32 bytes one after the other (256 bytes). Row `k`'s 4 bytes
@@ -9,8 +9,8 @@
 //! them from one shared index: `vpdpbusd` with an indexed memory operand, which Intel
 //! cores split into two micro-ops (this VM has no hardware counters to show it; the
 //! measured gain: a C model of the kernel 184 -> 214 GMAC/s from the layout, the Rust
-//! kernel Q5_0 384 -> 435-463 from plain addresses, `avx512_matmul::opaque`). The scales
-//! and block sums are stored the same way (`[tile][block][row]`).
+//! kernel Q5_0 384 -> 435-463 from plain addresses, `x86::avx512::matmul::opaque`). The
+//! scales and block sums are stored the same way (`[tile][block][row]`).
 //!
 //! For weights whose offset is `-2^s·d` (Q4_0, Q5_0, Q8_0 packed as `q + 128`, Q6_K:
 //! `FOLDS`), the kernel takes the offset inside the integer sum by starting each block's
@@ -18,31 +18,7 @@
 //! broadcast load, where the float offset term was one multiply-add per row and block
 //! (another 214 -> 235 GMAC/s in the C model).
 
-use crate::acts::{ABLOCK, neg_sum};
-
-/// Rows per tile.
-pub(crate) const TILE: usize = 8;
-
-/// The (block size, shift) pairs of the offsets `-2^s·d` that the AVX-512 kernel takes
-/// inside the integer sum: Q4_0 (32, 3), Q5_0 (32, 4), Q8_0 (32, 7), Q6_K (16, 5).
-pub(crate) const FOLDS: [(usize, u32); 4] = [(32, 3), (32, 4), (32, 7), (16, 5)];
-
-/// The whole tiles of a `QuantActs` (rows past the last whole tile are only row-major).
-#[derive(Debug, Default)]
-pub struct Tiles {
-    /// Whole tiles.
-    pub(crate) n: usize,
-    /// Quants, `[tile][block of 32][row][32]`.
-    pub(crate) q: Vec<i8>,
-    /// Scale of each block of 32, `[tile][block][row]`.
-    pub(crate) d: Vec<f32>,
-    /// `d · Σq` over each block of 32, `[tile][block][row]`.
-    pub(crate) s32: Vec<f32>,
-    /// `d · Σq` over each block of 16, `[tile][block of 16][row]`.
-    pub(crate) s16: Vec<f32>,
-    /// `-2^s · Σq` over each block of `bk` for each `FOLDS` entry, `[tile][block][row]`.
-    pub(crate) z: [Vec<i32>; FOLDS.len()],
-}
+use crate::layout::{ABLOCK, FOLDS, TILE, Tiles, neg_sum};
 
 impl Tiles {
     /// Sizes the buffers for `tiles` tiles of rows of `cols` values.
@@ -56,12 +32,6 @@ impl Tiles {
         for (z, (bk, _)) in self.z.iter_mut().zip(FOLDS) {
             z.resize(tiles * TILE * cols / bk, 0);
         }
-    }
-
-    /// Sums by blocks of `bk` (16 or 32).
-    #[inline(always)]
-    pub(crate) fn sums(&self, bk: usize) -> &[f32] {
-        if bk == 16 { &self.s16 } else { &self.s32 }
     }
 }
 

@@ -4,50 +4,9 @@
 //! logit soft-capping; the AVX-512 kernel covers the plain case, the AVX2 kernel every
 //! case (head sizes that are multiples of 8), the plain loops the rest.
 
-use half::f16;
-
+use crate::layout::Attn;
+use crate::plain::attend_body;
 use crate::simd::Simd;
-
-/// Positions per block of transposed keys. Within a block, the keys of one dimension
-/// are adjacent (one vector load per dimension for 8 or 16 positions) and a block's
-/// dimensions follow each other, so reading a block's keys, or writing one position
-/// into it, touches one contiguous `2 * hd * KEY_BLOCK` bytes rather than `hd` rows a
-/// whole context apart (a page each, and a TLB miss each, at long contexts).
-pub const KEY_BLOCK: usize = 16;
-
-/// Index of dimension `d` of position `p` in transposed keys of head size `hd`.
-#[inline(always)]
-pub fn key_index(hd: usize, d: usize, p: usize) -> usize {
-    (p / KEY_BLOCK * hd + d) * KEY_BLOCK + p % KEY_BLOCK
-}
-
-/// The inputs of `attend_group`.
-pub struct Attn<'a> {
-    /// The group's query heads, `g x hd`.
-    pub q: &'a [f32],
-    /// Head dimension.
-    pub hd: usize,
-    /// Transposed keys in blocks of `KEY_BLOCK` positions, `[stride / KEY_BLOCK][hd]
-    /// [KEY_BLOCK]`: dimension `d` of position `p` is at `key_index(hd, d, p)`.
-    pub keys_t: &'a [f16],
-    /// Positions `keys_t` holds (a multiple of `KEY_BLOCK`).
-    pub stride: usize,
-    /// Values of positions `0..len`, `len x hd`.
-    pub values: &'a [f16],
-    /// Score scale (1/sqrt(hd) unless the architecture says otherwise).
-    pub scale: f32,
-    /// First position attended (0; `len - window` for sliding-window layers).
-    pub start: usize,
-    /// Soft-capping of the scaled scores: `cap * tanh(s / cap)` (Gemma 2).
-    pub softcap: Option<f32>,
-}
-
-impl Attn<'_> {
-    /// Whether no option is in use (the case the AVX-512 kernel covers).
-    pub(crate) fn plain(&self) -> bool {
-        self.start == 0 && self.softcap.is_none()
-    }
-}
 
 /// Softmax of the scaled scores `q · k` over positions `0..len`, then the weighted sum of
 /// the values, into `out` (`g x hd`). `scores` is scratch.
@@ -58,11 +17,11 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
         Simd::Avx512 if a.hd.is_multiple_of(16) && a.plain() => unsafe {
-            crate::avx512::attend(a, scores, out)
+            crate::x86::avx512::attend(a, scores, out)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::attend(a, scores, out) },
+        Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, out) },
         _ => attend_body(a, scores, out, |x, y, acc| x * y + acc),
     }
 }
@@ -72,11 +31,11 @@ pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 pub fn rows_per_tile(g: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if Simd::current() == Simd::Avx512 && g > 0 {
-        return (crate::avx512_rows::QUERIES / g).max(1);
+        return (crate::x86::avx512::rows::QUERIES / g).max(1);
     }
     #[cfg(target_arch = "x86_64")]
     if Simd::current() == Simd::Avx2 && g > 0 {
-        return (crate::avx2_rows::QUERIES / g).max(1);
+        return (crate::x86::avx2::rows::QUERIES / g).max(1);
     }
     let _ = g;
     1
@@ -97,151 +56,34 @@ pub fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
     if tile.len() > 1
         && Simd::current() == Simd::Avx512
         && tile[0].hd.is_multiple_of(16)
-        && tile.len() * (per / tile[0].hd) <= crate::avx512_rows::QUERIES
+        && tile.len() * (per / tile[0].hd) <= crate::x86::avx512::rows::QUERIES
     {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
-        return unsafe { crate::avx512_rows::attend_rows(tile, scores, out) };
+        return unsafe { crate::x86::avx512::rows::attend_rows(tile, scores, out) };
     }
     #[cfg(target_arch = "x86_64")]
     if tile.len() > 1
         && matches!(Simd::current(), Simd::Avx2 | Simd::Avx512)
         && tile[0].hd.is_multiple_of(8)
-        && tile.len() * (per / tile[0].hd) <= crate::avx2_rows::QUERIES
+        && tile.len() * (per / tile[0].hd) <= crate::x86::avx2::rows::QUERIES
     {
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports;
         // the shapes are checked inside.
-        return unsafe { crate::avx2_rows::attend_rows(tile, scores, out) };
+        return unsafe { crate::x86::avx2::rows::attend_rows(tile, scores, out) };
     }
     for (a, o) in tile.iter().zip(out.chunks_mut(per)) {
         attend_group(a, scores, o);
     }
 }
 
-/// Softmax in place over `s`; returns 1 / the sum of the exponentials.
-#[inline(always)]
-pub(crate) fn softmax_unnormalised(s: &mut [f32]) -> f32 {
-    let max = crate::softmax::max_body(s);
-    let mut sums = [0f32; 16];
-    for c in s.chunks_mut(16) {
-        for (l, x) in sums.iter_mut().zip(c) {
-            *x = exp_fast(*x - max);
-            *l += *x;
-        }
-    }
-    1.0 / sums.iter().sum::<f32>()
-}
-
-/// Plain loops: the definition the AVX-512 path follows.
-#[inline(always)]
-pub(crate) fn attend_body(
-    a: &Attn,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
-) {
-    let hd = a.hd;
-    let g = a.q.len() / hd;
-    let (start, end) = (a.start, a.values.len() / hd);
-    assert!(start < end && out.len() == g * hd, "attention shapes");
-    let len = end - start;
-    scores.clear();
-    scores.resize(g * len, 0.0);
-    // Closures would be compiled without the caller's target features: plain loops.
-    for d in 0..hd {
-        for h in 0..g {
-            let qd = a.q[h * hd + d] * a.scale;
-            let s = &mut scores[h * len..(h + 1) * len];
-            for (si, p) in s.iter_mut().zip(start..end) {
-                *si = fma(qd, a.keys_t[key_index(hd, d, p)].to_f32_const(), *si);
-            }
-        }
-    }
-    if let Some(cap) = a.softcap {
-        for s in scores.iter_mut() {
-            *s = cap * (*s / cap).tanh();
-        }
-    }
-    out.fill(0.0);
-    for h in 0..g {
-        let s = &mut scores[h * len..(h + 1) * len];
-        let inv = softmax_unnormalised(s);
-        let o = &mut out[h * hd..(h + 1) * hd];
-        for (p, v) in s.iter().zip(a.values[start * hd..].chunks_exact(hd)) {
-            for (oi, vi) in o.iter_mut().zip(v) {
-                *oi = fma(*p, vi.to_f32_const(), *oi);
-            }
-        }
-        for oi in o.iter_mut() {
-            *oi *= inv;
-        }
-    }
-}
-
-/// `e^x` (Cephes' expf: range reduction by ln 2 and a degree-6 polynomial, within a few
-/// ulp), written so that it vectorises; `x` is clamped to [-87, 88].
-#[inline(always)]
-pub fn exp_fast(x: f32) -> f32 {
-    let x = x.clamp(-87.0, 88.0);
-    // Round half to even by adding and removing 1.5 x 2^23 (exact for |v| < 2^22): the
-    // same result as `round_ties_even`, which without SSE4.1 is a libm call per element.
-    const SHIFT: f32 = 12_582_912.0;
-    let big = x * std::f32::consts::LOG2_E + SHIFT;
-    let n = big - SHIFT;
-    // The integer `n` is in `big`'s low mantissa bits (its ulp is 1): read it from there,
-    // a vector integer subtraction, where `n as i32` (a saturating conversion) is a scalar
-    // instruction per element.
-    let ni = (big.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let z = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * z + r + 1.0;
-    y * f32::from_bits(((ni + 127) << 23) as u32)
-}
-
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
     use super::*;
+    use crate::layout::key_index;
     use crate::simd::noise;
-
-    #[test]
-    fn exp_fast_reads_the_exponent_as_the_saturating_conversion_did() {
-        // The previous form, `n as i32`: every result must keep its bits.
-        fn before(x: f32) -> f32 {
-            let x = x.clamp(-87.0, 88.0);
-            let n = (x * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-            let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-            let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-                * r
-                + 1.666_666_5e-1)
-                * r
-                + 0.5;
-            (p * (r * r) + r + 1.0) * f32::from_bits(((n as i32 + 127) << 23) as u32)
-        }
-        let specials = [f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-30, -1e-30];
-        for x in (-100_000..=100_000)
-            .map(|i| i as f32 / 1000.0)
-            .chain(specials)
-        {
-            assert_eq!(exp_fast(x).to_bits(), before(x).to_bits(), "exp({x})");
-        }
-        assert!(exp_fast(f32::NAN).is_nan());
-    }
-
-    #[test]
-    fn exp_fast_is_within_a_few_ulp() {
-        for i in -87_000..=88_000 {
-            let x = i as f32 / 1000.0;
-            let (got, want) = (exp_fast(x), x.exp());
-            assert!(
-                (got - want).abs() <= 4.0 * f32::EPSILON * want,
-                "exp({x}) = {got}, want {want}"
-            );
-        }
-    }
 
     crate::level_tests!(attention_matches_f64_softmax_on_every_level);
 
@@ -294,12 +136,12 @@ mod tests {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: the level is available (checked above).
                     Simd::Avx512 if hd % 16 == 0 => unsafe {
-                        crate::avx512::attend(&a, &mut scratch, &mut out)
+                        crate::x86::avx512::attend(&a, &mut scratch, &mut out)
                     },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
                     Simd::Avx2 | Simd::Avx512 => unsafe {
-                        crate::avx2::attend(&a, &mut scratch, &mut out)
+                        crate::x86::avx2::attend(&a, &mut scratch, &mut out)
                     },
                     _ => attend_body(&a, &mut scratch, &mut out, |x, y, acc| x * y + acc),
                 }
@@ -352,12 +194,17 @@ mod tests {
                 attend_rows(&tile[..n], &mut Vec::new(), &mut got);
                 // The AVX2 kernel too where the AVX-512 one takes the tiles.
                 #[cfg(target_arch = "x86_64")]
-                let avx2 = (Simd::current() == Simd::Avx512 && n * g <= crate::avx2_rows::QUERIES)
+                let avx2 = (Simd::current() == Simd::Avx512
+                    && n * g <= crate::x86::avx2::rows::QUERIES)
                     .then(|| {
                         let mut got = vec![f32::NAN; n * g * hd];
                         // SAFETY: the CPU has AVX-512, hence AVX2, FMA and F16C.
                         unsafe {
-                            crate::avx2_rows::attend_rows(&tile[..n], &mut Vec::new(), &mut got)
+                            crate::x86::avx2::rows::attend_rows(
+                                &tile[..n],
+                                &mut Vec::new(),
+                                &mut got,
+                            )
                         };
                         got
                     });
@@ -422,7 +269,7 @@ mod tests {
             match level {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the level is available (checked above).
-                Simd::Avx2 => unsafe { crate::avx2::attend(&a, &mut Vec::new(), &mut out) },
+                Simd::Avx2 => unsafe { crate::x86::avx2::attend(&a, &mut Vec::new(), &mut out) },
                 Simd::Avx512 => attend_group(&a, &mut Vec::new(), &mut out),
                 _ => attend_body(&a, &mut Vec::new(), &mut out, |x, y, acc| x * y + acc),
             }

@@ -95,7 +95,7 @@ pub(crate) fn dot16<const BF: bool>(level: Simd, x: &[f32], w: &[u16]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Simd::current` (the only source of `level` outside tests, which check
         // `detected` first) returns a level the CPU has; AVX-512 CPUs have AVX2 and F16C.
-        Simd::Avx2 | Simd::Avx512 => unsafe { crate::avx2::dot16::<BF>(x, w) },
+        Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::dot16::<BF>(x, w) },
         _ => dot16_portable::<BF>(x, w),
     }
 }

@@ -14,9 +14,8 @@ use candle_core::quantized::k_quants::{
 };
 use std::cell::OnceCell;
 
-use crate::acts::QuantActs;
 use crate::dense::Dense;
-use crate::packed::{PackedMatrix, Part};
+use crate::layout::{PackedMatrix, Part, QuantActs};
 use crate::simd::dot;
 
 /// Why raw tensor data cannot become a `QLinear`.

@@ -34,51 +34,9 @@ use candle_core::quantized::GgmlDType;
 use half::f16;
 use rayon::prelude::*;
 
-use crate::acts::QuantActs;
 use crate::formats::{Format, decode_row};
+use crate::layout::{CHUNK, FOLDS, GROUP, PackedMatrix, Part, QuantActs, high_bits};
 use crate::simd::Simd;
-
-/// Rows per group.
-pub const GROUP: usize = 16;
-/// Bytes per chunk (16 rows x 4 quants).
-const CHUNK: usize = 64;
-
-/// The share of one matmul that one task computes: the weight rows of groups `groups`
-/// against activation rows `rows`.
-#[derive(Clone, Debug)]
-pub struct Part {
-    /// Groups of `GROUP` weight rows.
-    pub groups: std::ops::Range<usize>,
-    /// Activation rows.
-    pub rows: std::ops::Range<usize>,
-}
-
-/// A weight matrix in the grouped layout.
-pub struct PackedMatrix {
-    rows: usize,
-    cols: usize,
-    /// Columns per block.
-    pub(crate) bk: usize,
-    /// Two quants per byte.
-    pub(crate) nibbles: bool,
-    /// Quants may exceed 63 (only the AVX2 path cares).
-    pub(crate) wide: bool,
-    /// Quants are signed bytes and the offsets zero: Q8_0 packed for AVX2 and the
-    /// portable path, where `|w| · (x · sign w)` needs one `vpmaddubsw` per chunk instead
-    /// of two. (AVX-512 packs Q8_0 as `q + 128` for `vpdpbusd`.)
-    pub(crate) signed: bool,
-    /// Bits of the largest quant (4, 5, 6 or 8): how many chunks' pair sums the AVX2
-    /// kernel can add in 16 bits, and with `nibbles`, how many bits above the nibble the
-    /// high plane keeps (`high`).
-    pub(crate) bits: u32,
-    /// The offset as a fixed multiple of the scale (`m = k·d`), not stored.
-    pub(crate) m_of_d: Option<f32>,
-    /// Scales stored as f16 (else f32).
-    pub(crate) half: bool,
-    qs: Vec<u8>,
-    d: Vec<u8>,
-    m: Vec<u8>,
-}
 
 impl PackedMatrix {
     /// Repacks GGUF data of `dtype`; `None` for types without a fast path or shapes it
@@ -206,31 +164,6 @@ impl PackedMatrix {
         Some(p)
     }
 
-    fn quant_bytes(bk: usize, nibbles: bool, high: usize) -> usize {
-        let chunks = bk / 4;
-        let planes = if high > 0 { CHUNK } else { 0 };
-        if nibbles {
-            chunks / 2 * CHUNK + planes
-        } else {
-            chunks * CHUNK
-        }
-    }
-
-    /// Quant bytes of one (group, block).
-    pub(crate) fn block_quant_bytes(&self) -> usize {
-        Self::quant_bytes(self.bk, self.nibbles, self.high())
-    }
-
-    /// Bits above the nibble kept in the high plane (0, 1 or 2).
-    pub(crate) fn high(&self) -> usize {
-        high_bits(self.nibbles, self.bits)
-    }
-
-    /// Offset of the high plane inside a block's quant bytes.
-    pub(crate) fn high_plane(&self) -> usize {
-        self.bk / 8 * CHUNK
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn pack_block(
         g: usize,
@@ -261,127 +194,6 @@ impl PackedMatrix {
                         out[c * CHUNK + 4 * j + t] = at(j, c, t);
                     }
                 }
-            }
-        }
-    }
-
-    /// Output features.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input features.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Row groups.
-    pub fn groups(&self) -> usize {
-        self.rows.div_ceil(GROUP)
-    }
-
-    /// Blocks per row.
-    pub(crate) fn blocks(&self) -> usize {
-        self.cols / self.bk
-    }
-
-    /// Quants of (group, block).
-    #[inline(always)]
-    pub(crate) fn quants(&self, g: usize, b: usize) -> *const u8 {
-        self.block(g, b).as_ptr()
-    }
-
-    /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`). The
-    /// offsets' pointer is null when they are derived (`m_of_d`).
-    #[inline(always)]
-    pub(crate) fn scales(&self, g: usize, b: usize) -> (*const u8, *const u8) {
-        let size = GROUP * if self.half { 2 } else { 4 };
-        let i = (g * self.blocks() + b) * size;
-        let m = if self.m_of_d.is_some() {
-            std::ptr::null()
-        } else {
-            self.m[i..i + size].as_ptr()
-        };
-        (self.d[i..i + size].as_ptr(), m)
-    }
-
-    /// The scale of row `j` of (group, block).
-    pub(crate) fn scale_of(&self, g: usize, b: usize, j: usize) -> f32 {
-        self.scale_at(&self.d, g, b, j)
-    }
-
-    /// The offset of row `j` of (group, block).
-    pub(crate) fn offset_at(&self, g: usize, b: usize, j: usize) -> f32 {
-        match self.m_of_d {
-            Some(k) => k * self.scale_at(&self.d, g, b, j),
-            None => self.scale_at(&self.m, g, b, j),
-        }
-    }
-
-    fn scale_at(&self, v: &[u8], g: usize, b: usize, j: usize) -> f32 {
-        let i = (g * self.blocks() + b) * GROUP + j;
-        if self.half {
-            f16::from_le_bytes([v[2 * i], v[2 * i + 1]]).to_f32()
-        } else {
-            f32::from_le_bytes(v[4 * i..4 * i + 4].try_into().expect("4 bytes"))
-        }
-    }
-
-    /// A stored quant as the integer it stands for.
-    #[inline(always)]
-    pub(crate) fn value(&self, q: u8) -> i32 {
-        if self.signed {
-            q as i8 as i32
-        } else {
-            q as i32
-        }
-    }
-
-    /// The quant bytes of (group, block).
-    #[inline(always)]
-    fn block(&self, g: usize, b: usize) -> &[u8] {
-        let qb = self.block_quant_bytes();
-        &self.qs[(g * self.blocks() + b) * qb..][..qb]
-    }
-
-    /// Quant `t` of row `j` in a block's quant bytes `q`.
-    #[inline(always)]
-    fn quant_in(&self, q: &[u8], j: usize, t: usize) -> u8 {
-        let (c, tt) = (t / 4, t % 4);
-        if !self.nibbles {
-            return q[c * CHUNK + 4 * j + tt];
-        }
-        let half = self.bk / 8;
-        let byte = q[(c % half) * CHUNK + 4 * j + tt];
-        let lo = if c < half { byte & 0xF } else { byte >> 4 };
-        let high = self.high();
-        if high == 0 {
-            return lo;
-        }
-        let mask = (1u8 << high) - 1;
-        lo | (((q[self.high_plane() + 4 * j + tt] >> (high * c)) & mask) << 4)
-    }
-
-    /// All quants of (group, block) as `u[row * bk + t]`.
-    pub(crate) fn unpack(&self, g: usize, b: usize, u: &mut [u8]) {
-        let q = self.block(g, b);
-        let bk = self.bk;
-        for j in 0..GROUP {
-            for t in 0..bk {
-                u[j * bk + t] = self.quant_in(q, j, t);
-            }
-        }
-    }
-
-    /// Row `r` as f32 (`w = d * u + m`).
-    pub fn row(&self, r: usize, out: &mut [f32]) {
-        let (g, j) = (r / GROUP, r % GROUP);
-        for b in 0..self.blocks() {
-            let d = self.scale_at(&self.d, g, b, j);
-            let m = self.offset_at(g, b, j);
-            let q = self.block(g, b);
-            for t in 0..self.bk {
-                out[b * self.bk + t] = d * self.value(self.quant_in(q, j, t)) as f32 + m;
             }
         }
     }
@@ -429,71 +241,33 @@ impl PackedMatrix {
                 if !self.signed
                     && self.high() == 0
                     && (self.m_of_d.is_none() || fold.is_some()) =>
-            unsafe { crate::avx512_matmul::packed_groups(self, a, part, y, stride, fold) },
+            unsafe { crate::x86::avx512::matmul::packed_groups(self, a, part, y, stride, fold) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2). Compact 5- and 6-bit matrices
             // (decode) run here.
-            Simd::Avx512 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
+            Simd::Avx512 => unsafe {
+                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2_matmul::packed_groups(self, a, part, y, stride) },
+            Simd::Avx2 => unsafe {
+                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+            },
             // SAFETY: the caller's contract covers `y`.
             _ => unsafe { crate::packed_portable::groups(self, a, part, y, stride) },
         }
     }
-
-    /// Writes the 16 lanes of group `g` for activation row `i` (rows past the end are
-    /// padding and are dropped).
-    ///
-    /// # Safety
-    /// As `matmul_groups`.
-    #[inline(always)]
-    pub(crate) unsafe fn store(
-        &self,
-        g: usize,
-        i: usize,
-        lanes: &[f32; GROUP],
-        y: *mut f32,
-        stride: usize,
-    ) {
-        let valid = (self.rows - g * GROUP).min(GROUP);
-        for (j, v) in lanes.iter().take(valid).enumerate() {
-            // SAFETY: in bounds and exclusive by the caller's contract.
-            unsafe { *y.add(i * stride + g * GROUP + j) = *v };
-        }
-    }
 }
 
-/// `s` when the offset is `-2^s·d` and the kernels take it inside the integer sum; 0
-/// otherwise. Such quants are `u` in `0..2^(s+1)`, so `|u - 2^s| ≤ 2^s`, and a 16-bit lane
-/// of the AVX2 kernel, which sums `bk/2` products with activations of at most 127, stays
-/// exact while `bk/2 · 2^s · 127 < 2^15`: Q4_0 (s = 3) and Q5_0 (4) in blocks of 32, Q6_K
-/// (5) in blocks of 16.
-pub(crate) fn folded_shift(p: &PackedMatrix) -> i32 {
-    let s = p.bits as i32 - 1;
-    let fits = p.bk * (1 << s) <= 512;
-    match p.m_of_d {
-        Some(k) if !p.signed && p.bits <= 6 && fits && k == -((1 << s) as f32) => s,
-        _ => 0,
-    }
-}
-
-/// The `acts_tiles::FOLDS` entry of a derived offset `-2^s·d` that the AVX-512 kernel
+/// The `FOLDS` entry of a derived offset `-2^s·d` that the AVX-512 kernel
 /// takes inside its 32-bit integer sums (any such offset fits there: `|u - 2^s| ≤ 2^s`
 /// and `bk · 2^s · 127 < 2^31`); `None` when the offset is stored or is not of that form.
 pub(crate) fn fold512(p: &PackedMatrix) -> Option<usize> {
     let k = p.m_of_d?;
-    crate::acts_tiles::FOLDS
+    FOLDS
         .iter()
         .position(|&(bk, s)| bk == p.bk && k == -((1u32 << s) as f32))
 }
 
-/// Bits above the nibble in the high plane of quants of `bits` bits (none unless packed
-/// as nibbles).
-pub(crate) const fn high_bits(nibbles: bool, bits: u32) -> usize {
-    if nibbles { bits as usize - 4 } else { 0 }
-}
-
 #[cfg(test)]
-#[path = "packed_tests.rs"]
 mod tests;

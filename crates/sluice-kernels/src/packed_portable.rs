@@ -1,8 +1,7 @@
 //! The portable matmul of `PackedMatrix`: plain loops over unpacked blocks, the
-//! definition the SIMD kernels follow (`avx2_matmul.rs`, `avx512.rs`).
+//! definition the SIMD kernels follow (`x86/avx2/matmul.rs`, `x86/avx512/matmul.rs`).
 
-use crate::acts::QuantActs;
-use crate::packed::{GROUP, PackedMatrix, Part, folded_shift};
+use crate::layout::{GROUP, PackedMatrix, Part, QuantActs, folded_shift};
 
 /// Plain Rust: the definition the SIMD paths follow.
 ///

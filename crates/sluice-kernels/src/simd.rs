@@ -1,11 +1,13 @@
 //! The instruction-set level, detected once, and the f32 dot product.
 //!
-//! Kernel bodies are written once and compiled three times: with AVX-512 (`avx512.rs`),
-//! with AVX2+FMA (`avx2.rs`) and for the baseline target. `SLUICE_KERNEL=portable|avx2|avx512`
+//! Kernel bodies are written once (`plain/`) and compiled three times: with AVX-512
+//! (`x86/avx512/mod.rs`), with AVX2+FMA (`x86/avx2/mod.rs`) and for the baseline target. `SLUICE_KERNEL=portable|avx2|avx512`
 //! forces a path (tests use it to cover the fallback); an unsupported choice falls back to
 //! what the CPU has.
 
 use std::sync::OnceLock;
+
+use crate::plain::dot_body;
 
 /// The instruction-set level a kernel runs at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,38 +73,12 @@ pub fn dot_at(level: Simd, a: &[f32], b: &[f32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-        Simd::Avx512 => unsafe { crate::avx512::dot(a, b) },
+        Simd::Avx512 => unsafe { crate::x86::avx512::dot(a, b) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Simd::Avx2 => unsafe { crate::avx2::dot(a, b) },
+        Simd::Avx2 => unsafe { crate::x86::avx2::dot(a, b) },
         _ => dot_body(a, b, |x, y, acc| x * y + acc),
     }
-}
-
-/// Lane-wise accumulation into 32 independent sums, so the compiler can keep them in
-/// vector registers without reassociating floating-point adds.
-#[inline(always)]
-pub(crate) fn dot_body(a: &[f32], b: &[f32], fma: impl Fn(f32, f32, f32) -> f32) -> f32 {
-    const W: usize = 32;
-    let mut acc = [0f32; W];
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut ca = a.chunks_exact(W);
-    let mut cb = b.chunks_exact(W);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for j in 0..W {
-            acc[j] = fma(x[j], y[j], acc[j]);
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail = fma(*x, *y, tail);
-    }
-    let mut half = [0f32; 16];
-    for j in 0..16 {
-        half[j] = acc[j] + acc[j + 16];
-    }
-    half.iter().sum::<f32>() + tail
 }
 
 /// Deterministic test data in [-0.5, 0.5) (an LCG), shared by the kernel tests.

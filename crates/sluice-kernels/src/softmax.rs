@@ -1,10 +1,11 @@
 //! The passes sampling makes over a whole vocabulary (49,152 to 262,144 logits per row and
 //! step): the largest logit, the temperature weights with their total, and the softmax
-//! normaliser. Plain loops in fixed lanes, compiled per instruction set (`avx2.rs`,
-//! `avx512.rs`): the same operations in the same order at every level, so every level gives
-//! the same bits (Rust never fuses a multiply and an add by itself).
+//! normaliser. Plain loops in fixed lanes (`plain/softmax.rs`), compiled per instruction
+//! set (`x86/avx2/mod.rs`, `x86/avx512/mod.rs`): the same operations in the same order at
+//! every level, so every level gives the same bits (Rust never fuses a multiply and an add
+//! by itself).
 
-use crate::attention::exp_fast;
+use crate::plain::{bins_body, exp_sum_body, max_body, weights_body};
 use crate::simd::Simd;
 
 macro_rules! dispatch {
@@ -12,10 +13,10 @@ macro_rules! dispatch {
         match Simd::current() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Simd::current` only returns a level whose features the CPU reports.
-            Simd::Avx512 => unsafe { crate::avx512::$name($($arg),*) },
+            Simd::Avx512 => unsafe { crate::x86::avx512::$name($($arg),*) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Simd::Avx2 => unsafe { crate::avx2::$name($($arg),*) },
+            Simd::Avx2 => unsafe { crate::x86::avx2::$name($($arg),*) },
             _ => $name($($arg),*),
         }
     };
@@ -44,89 +45,6 @@ pub fn bin_indices(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [
 /// `Σ e^(l[i] - max)` in f32, element `i` into lane `i % 16`, then the lanes in order.
 pub fn exp_sum(logits: &[f32], max: f32) -> f32 {
     dispatch!(exp_sum_body(logits, max))
-}
-
-#[inline(always)]
-pub(crate) fn max_body(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; 16];
-    let mut chunks = values.chunks_exact(16);
-    for c in &mut chunks {
-        let c: &[f32; 16] = c.try_into().expect("16 values");
-        for j in 0..16 {
-            lanes[j] = lanes[j].max(c[j]);
-        }
-    }
-    for (m, x) in lanes.iter_mut().zip(chunks.remainder()) {
-        *m = m.max(*x);
-    }
-    lanes.into_iter().fold(f32::NEG_INFINITY, f32::max)
-}
-
-/// One temperature weight (exactly 0 for a forbidden token).
-#[inline(always)]
-fn weight(l: f32, max: f32, t: f32) -> f32 {
-    let e = exp_fast((l - max) / t);
-    if l == f32::NEG_INFINITY { 0.0 } else { e }
-}
-
-#[inline(always)]
-pub(crate) fn weights_body(logits: &[f32], max: f32, t: f32, w: &mut [f32]) -> f64 {
-    // Whole chunks of 8 as fixed-size arrays, so the compiler keeps the lanes in vectors.
-    let mut sums = [0f64; 8];
-    let mut lc = logits.chunks_exact(8);
-    let mut wc = w.chunks_exact_mut(8);
-    for (l, w) in (&mut lc).zip(&mut wc) {
-        let l: &[f32; 8] = l.try_into().expect("8 logits");
-        let w: &mut [f32; 8] = w.try_into().expect("8 weights");
-        for j in 0..8 {
-            w[j] = weight(l[j], max, t);
-        }
-        for j in 0..8 {
-            sums[j] += w[j] as f64;
-        }
-    }
-    for ((w, l), s) in wc
-        .into_remainder()
-        .iter_mut()
-        .zip(lc.remainder())
-        .zip(&mut sums)
-    {
-        *w = weight(*l, max, t);
-        *s += *w as f64;
-    }
-    sums.iter().sum()
-}
-
-#[inline(always)]
-pub(crate) fn bins_body(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [u16]) {
-    // Adding 2^23 rounds a value in [0, 2^22] to an integer held in the low mantissa bits
-    // (a vector addition, where `as` would be a scalar saturating conversion).
-    const SHIFT: f32 = 8_388_608.0;
-    let top = last as f32;
-    for (b, l) in bins.iter_mut().zip(logits) {
-        let v = ((max - l) * scale).clamp(0.0, top) + SHIFT;
-        *b = (v.to_bits() - SHIFT.to_bits()) as u16;
-    }
-}
-
-#[inline(always)]
-pub(crate) fn exp_sum_body(logits: &[f32], max: f32) -> f32 {
-    let mut sums = [0f32; 16];
-    let mut chunks = logits.chunks_exact(16);
-    for c in &mut chunks {
-        let c: &[f32; 16] = c.try_into().expect("16 logits");
-        let mut e = [0f32; 16];
-        for j in 0..16 {
-            e[j] = exp_fast(c[j] - max);
-        }
-        for j in 0..16 {
-            sums[j] += e[j];
-        }
-    }
-    for (s, l) in sums.iter_mut().zip(chunks.remainder()) {
-        *s += exp_fast(l - max);
-    }
-    sums.iter().sum()
 }
 
 #[cfg(test)]

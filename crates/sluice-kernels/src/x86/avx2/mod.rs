@@ -1,12 +1,16 @@
 //! The AVX2 kernels (AVX2 with FMA and F16C): decode attention, and the plain-loop
 //! definitions of the other kernels compiled with these features enabled. The integer
-//! matmul of `PackedMatrix` is in `avx2_matmul.rs`, activation quantisation in
-//! `avx2_acts.rs`, prompt attention in `avx2_rows.rs`.
+//! matmul of `PackedMatrix` is in `matmul.rs`, activation quantisation in `acts.rs`,
+//! prompt attention in `rows.rs`.
 //! `unsafe` only because of the CPU features, which `Simd::current` checks once.
+
+pub(crate) mod acts;
+pub(crate) mod matmul;
+pub(crate) mod rows;
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, KEY_BLOCK, key_index};
+use crate::layout::{Attn, KEY_BLOCK, key_index};
 
 /// Prefetches the f16 values (or keys) `vp[lo..hi]` into L1, a cache line (32 halves) at a
 /// time.
@@ -21,7 +25,7 @@ pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
 
 /// Attention: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
 /// every head of the group), soft-cap and softmax over the window, then the values in
-/// 16-wide column strips. The sums run in the order of `attention::attend_body`.
+/// 16-wide column strips. The sums run in the order of `plain::attend_body`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     const H: usize = 4;
@@ -29,7 +33,7 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     let g = a.q.len() / hd;
     let (start, end) = (a.start, a.values.len() / hd);
     if !hd.is_multiple_of(8) {
-        return crate::attention::attend_body(a, scores, out, f32::mul_add);
+        return crate::plain::attend_body(a, scores, out, f32::mul_add);
     }
     assert!(
         start < end
@@ -116,7 +120,7 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                     *x = cap * (*x / cap).tanh();
                 }
             }
-            *inv = crate::attention::softmax_unnormalised(s);
+            *inv = crate::plain::softmax_unnormalised(s);
         }
         for c0 in (0..hd).step_by(16) {
             let strips = ((hd - c0) / 8).min(2);
@@ -151,19 +155,19 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 /// `g = silu(g) * u`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    crate::activation::silu_body(gate, up)
+    crate::plain::silu_body(gate, up)
 }
 
 /// `g = gelu(g) * u` (tanh approximation).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn gelu_mul(gate: &mut [f32], up: &[f32]) {
-    crate::activation::gelu_body(gate, up)
+    crate::plain::gelu_body(gate, up)
 }
 
 /// `a · b`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-    crate::simd::dot_body(a, b, f32::mul_add)
+    crate::plain::dot_body(a, b, f32::mul_add)
 }
 
 /// `x · w` for 16-bit weights widened in registers (`BF`: bfloat16, else IEEE half with
@@ -204,23 +208,23 @@ pub(crate) unsafe fn dot16<const BF: bool>(x: &[f32], w: &[u16]) -> f32 {
 /// The largest value (see `softmax::max_value`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn max_body(values: &[f32]) -> f32 {
-    crate::softmax::max_body(values)
+    crate::plain::max_body(values)
 }
 
 /// Temperature weights and their total (see `softmax::exp_weights`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn weights_body(logits: &[f32], max: f32, t: f32, w: &mut [f32]) -> f64 {
-    crate::softmax::weights_body(logits, max, t, w)
+    crate::plain::weights_body(logits, max, t, w)
 }
 
 /// The softmax normaliser (see `softmax::exp_sum`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn exp_sum_body(logits: &[f32], max: f32) -> f32 {
-    crate::softmax::exp_sum_body(logits, max)
+    crate::plain::exp_sum_body(logits, max)
 }
 
 /// Bin indices of logits (see `softmax::bin_indices`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn bins_body(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [u16]) {
-    crate::softmax::bins_body(logits, max, scale, last, bins)
+    crate::plain::bins_body(logits, max, scale, last, bins)
 }

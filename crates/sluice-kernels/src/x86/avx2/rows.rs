@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, KEY_BLOCK, key_index};
-use crate::attention_tile::Tile;
-use crate::avx2::prefetch_values;
+use super::prefetch_values;
+use crate::layout::{Attn, KEY_BLOCK, key_index};
+use crate::x86::attention_tile::Tile;
 
 /// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 12;

@@ -178,7 +178,7 @@ fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
 crate::level_tests!(largest_quants_against_largest_activations_stay_exact);
 
 /// Every quant at its largest (and, for offsets taken in the integer sum, its smallest)
-/// against activations at ±127: the kernels' 16-bit partial sums (`avx2_matmul::run16`
+/// against activations at ±127: the kernels' 16-bit partial sums (`x86::avx2::matmul::run16`
 /// and `tile`) must not overflow, so each level still gives the exact sum.
 fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
     let (rows, cols) = (16, 256);
@@ -193,7 +193,7 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
         (GgmlDType::Q5K, 0xFF),
         (GgmlDType::Q6K, 0xFF),
         // The smallest quants: `u - 2^s` at its largest magnitude where the offset is
-        // taken inside the integer sum (`packed::folded_shift`).
+        // taken inside the integer sum (`layout::folded_shift`).
         (GgmlDType::Q4_0, 0x00),
         (GgmlDType::Q5_0, 0x00),
         (GgmlDType::Q6K, 0x00),

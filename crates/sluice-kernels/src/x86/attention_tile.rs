@@ -1,4 +1,4 @@
-//! What the tile kernels of `attention::attend_rows` (`avx2_rows`, `avx512_rows`) share
+//! What the tile kernels of `attention::attend_rows` (`avx2::rows`, `avx512::rows`) share
 //! beside their vector code: the tile's shape, checked; its queries scaled and laid out for
 //! broadcasting; each query's soft-cap and softmax over its own positions; the positions
 //! each query takes. Plain code, inlined into each kernel (and so compiled with its
@@ -6,7 +6,8 @@
 
 use half::f16;
 
-use crate::attention::{Attn, softmax_unnormalised};
+use crate::layout::Attn;
+use crate::plain::softmax_unnormalised;
 
 /// A tile of consecutive rows of one slot, `g` heads each: query `j` is row `j / g`, head
 /// `j % g`.

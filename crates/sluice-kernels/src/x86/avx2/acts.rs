@@ -6,7 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::{ABLOCK, Out, quantise_block};
+use crate::layout::{ABLOCK, Out};
+use crate::plain::quantise_block;
 
 /// Quantises the rows `x` into `a`.
 ///

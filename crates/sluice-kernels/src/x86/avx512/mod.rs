@@ -1,13 +1,16 @@
 //! The AVX-512 kernels (AVX-512F/BW with FMA and F16C) of activation quantisation,
-//! attention, and the f32 helpers (the matmul is in `avx512_matmul.rs`). Each function
+//! attention, and the f32 helpers (the matmul is in `matmul.rs`). Each function
 //! here is `unsafe` only because it needs those CPU features; `Simd::current` checks them
 //! once and the safe wrappers in the other files dispatch here.
 
+pub(crate) mod matmul;
+pub(crate) mod rows;
+
 use std::arch::x86_64::*;
 
-use crate::acts::{ABLOCK, Out};
-use crate::attention::{Attn, KEY_BLOCK, key_index, softmax_unnormalised};
-use crate::avx2::prefetch_values;
+use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, key_index};
+use crate::plain::softmax_unnormalised;
+use crate::x86::avx2::prefetch_values;
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
@@ -23,7 +26,7 @@ pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
             // A NaN or infinity, or a scale whose inverse overflows: the plain loop's
             // saturation is not the conversion's, so it takes the block.
             if !amax.is_finite() || !id.is_finite() || has_nan(v0, v1) {
-                let sums = crate::acts::quantise_block(xb, qb);
+                let sums = crate::plain::quantise_block(xb, qb);
                 a.put(b, sums);
                 continue;
             }
@@ -166,41 +169,41 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
 /// `a · b`.
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-    crate::simd::dot_body(a, b, f32::mul_add)
+    crate::plain::dot_body(a, b, f32::mul_add)
 }
 
 /// `g = silu(g) * u`.
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    crate::activation::silu_body(gate, up)
+    crate::plain::silu_body(gate, up)
 }
 
 /// `g = gelu(g) * u` (tanh approximation).
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn gelu_mul(gate: &mut [f32], up: &[f32]) {
-    crate::activation::gelu_body(gate, up)
+    crate::plain::gelu_body(gate, up)
 }
 
 /// The largest value (see `softmax::max_value`).
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn max_body(values: &[f32]) -> f32 {
-    crate::softmax::max_body(values)
+    crate::plain::max_body(values)
 }
 
 /// Temperature weights and their total (see `softmax::exp_weights`).
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn weights_body(logits: &[f32], max: f32, t: f32, w: &mut [f32]) -> f64 {
-    crate::softmax::weights_body(logits, max, t, w)
+    crate::plain::weights_body(logits, max, t, w)
 }
 
 /// The softmax normaliser (see `softmax::exp_sum`).
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn exp_sum_body(logits: &[f32], max: f32) -> f32 {
-    crate::softmax::exp_sum_body(logits, max)
+    crate::plain::exp_sum_body(logits, max)
 }
 
 /// Bin indices of logits (see `softmax::bin_indices`).
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn bins_body(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [u16]) {
-    crate::softmax::bins_body(logits, max, scale, last, bins)
+    crate::plain::bins_body(logits, max, scale, last, bins)
 }

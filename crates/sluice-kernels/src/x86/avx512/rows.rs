@@ -1,4 +1,4 @@
-//! The AVX-512 kernel of `attend_rows`: `avx2_rows` with 16-lane vectors and twice the
+//! The AVX-512 kernel of `attend_rows`: `avx2::rows` with 16-lane vectors and twice the
 //! queries per tile, which the 32 vector registers hold. A score pass keeps 12 queries'
 //! 16-position accumulators and one widened key vector (13 registers); a value pass keeps
 //! 12 queries' 32-column accumulators and two widened value vectors (27). Every query's
@@ -8,9 +8,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::attention::{Attn, KEY_BLOCK, key_index};
-use crate::attention_tile::Tile;
-use crate::avx2::prefetch_values;
+use crate::layout::{Attn, KEY_BLOCK, key_index};
+use crate::x86::attention_tile::Tile;
+use crate::x86::avx2::prefetch_values;
 
 /// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 24;

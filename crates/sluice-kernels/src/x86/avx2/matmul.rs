@@ -11,18 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::QuantActs;
-use crate::packed::{GROUP, PackedMatrix, Part};
-
-/// Bytes ahead of the quants being read that a few-row matmul prefetches. A decode step
-/// streams each small matrix from memory once, and the hardware prefetcher ramps up too
-/// late for matrices of a few hundred KB: prefetching 2 KB ahead made a decode step's
-/// layers 15% faster (`benches/forward`, SmolLM2 and Gemma 3); 1 and 4 KB did no better.
-pub(crate) const PREFETCH_AHEAD: usize = 2048;
-
-/// Activation rows up to which a matmul is bound by reading its weights (each block is
-/// prefetched once, by the tile of the first half).
-pub(crate) const PREFETCH_ROWS: usize = 4;
+use crate::layout::{GROUP, PREFETCH_AHEAD, PREFETCH_ROWS, PackedMatrix, Part, QuantActs};
 
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
@@ -57,7 +46,7 @@ const fn run16(bits: u32, signed: bool) -> usize {
 /// registers (chunk-outer). Every row's sums are taken in the same order whatever `R` and
 /// `H` are, and integer sums are exact, so the 16-bit runs change no result.
 ///
-/// With `FOLD` > 0 the offset is `-2^FOLD·d` (Q4_0, Q5_0, Q6_K: `packed::folded_shift`)
+/// With `FOLD` > 0 the offset is `-2^FOLD·d` (Q4_0, Q5_0, Q6_K: `layout::folded_shift`)
 /// and goes into the integer sum: each row's 16-bit sums start at its lane sums shifted
 /// left by `FOLD` (`acts::lane_sums`), so they end at `Σ (u - 2^FOLD)·q`, which
 /// `folded_shift` keeps below 2^15 in magnitude and so is exact in 16 bits whatever the
@@ -87,7 +76,7 @@ unsafe fn tile<
         run16(BITS, SIGNED)
     };
     // Bits above the nibble in the high plane (compact 5- and 6-bit quants).
-    let high_bits = crate::packed::high_bits(NIB, BITS);
+    let high_bits = crate::layout::high_bits(NIB, BITS);
     let nb = p.blocks();
     let cols = a.cols;
     let sums = a.sums(BK);
@@ -309,7 +298,7 @@ unsafe fn run256<
                 }
             }};
         }
-        let compact = crate::packed::high_bits(NIB, BITS) > 0;
+        let compact = crate::layout::high_bits(NIB, BITS) > 0;
         for g in part.groups.clone() {
             if compact {
                 tiles!(one, 4, g);
@@ -333,7 +322,7 @@ pub(crate) unsafe fn packed_groups(
     stride: usize,
 ) {
     // The shift of a derived offset the integer sum takes (`tile`), 0 for none.
-    let fold = crate::packed::folded_shift(p);
+    let fold = crate::layout::folded_shift(p);
     // SAFETY: forwarded.
     unsafe {
         match (p.nibbles, p.bk, p.wide, p.signed, p.bits, fold) {

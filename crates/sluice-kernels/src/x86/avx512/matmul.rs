@@ -10,10 +10,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::acts::{QuantActs, neg_sum};
-use crate::acts_tiles::{FOLDS, TILE};
-use crate::avx2_matmul::{PREFETCH_AHEAD, PREFETCH_ROWS};
-use crate::packed::{GROUP, PackedMatrix, Part};
+use crate::layout::{
+    FOLDS, GROUP, PREFETCH_AHEAD, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, TILE, neg_sum,
+};
 
 /// Loads 16 scale lanes (f16 or f32).
 #[inline(always)]

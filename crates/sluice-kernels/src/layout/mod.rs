@@ -1,0 +1,13 @@
+//! The shapes the safe wrappers and the kernels (`x86/`, the portable loops) share: the
+//! block and tile constants and the plain data types they pass each other, with the
+//! accessors that read them. A leaf: it imports nothing from the crate.
+
+mod acts;
+mod attn;
+mod matrix;
+
+pub use acts::{ABLOCK, QuantActs};
+pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
+pub use attn::{Attn, KEY_BLOCK, key_index};
+pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_AHEAD, PREFETCH_ROWS, folded_shift, high_bits};
+pub use matrix::{PackedMatrix, Part};
