@@ -29,6 +29,8 @@ test: test-data
 	scripts/test-deploy
 
 lint:
+	scripts/module-cycles
+	scripts/doc-paths
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
