@@ -6,6 +6,8 @@
 //! (`sluice-engine`) and the kernels (`sluice-kernels`) are crates of their own;
 //! docs/ARCHITECTURE.md maps the whole.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod config;
 pub mod error;

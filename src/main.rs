@@ -1,5 +1,7 @@
 //! The `sluice` command line.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 fn main() -> anyhow::Result<()> {

@@ -47,7 +47,8 @@ impl GgufFile {
         })?;
         // SAFETY: the one `unsafe` outside sluice-kernels. The map is read-only; a model file
         // being rewritten underneath a running server is outside what we can defend
-        // against, as for every mmap-based loader.
+        // against, as for every mmap-based loader. (The crate denies `unsafe_code`.)
+        #[allow(unsafe_code)]
         let mmap = unsafe { Mmap::map(&file) }.map_err(|reason| ModelError::Open {
             path: path.to_path_buf(),
             reason,

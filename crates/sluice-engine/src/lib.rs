@@ -13,6 +13,10 @@
 //! `sequence`, `scheduler` (pure policy), `sampling`, `model` → `kv`; `gguf` and `hf` under
 //! `model` and `tokenizer`; `error` and `config` are leaves. docs/ARCHITECTURE.md maps it.
 
+// No `unsafe` but the model file's memory map (`gguf.rs`, allowed there alone): parallel
+// tasks get disjoint memory through `sluice_kernels::threads::for_each_item`.
+#![deny(unsafe_code)]
+
 mod beam;
 pub mod checkpoint;
 mod config;
