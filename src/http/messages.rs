@@ -14,7 +14,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::generate::{Api, Choice, EventMaker, generate, named_event, object_id, validate_chat};
+use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, validate_chat};
 use crate::api::Usage;
 use crate::api::anthropic::{
     AnthropicError, AnthropicErrorDetail, AnthropicUsage, CountTokensRequest, CountTokensResponse,
@@ -294,24 +294,12 @@ impl Api for Message {
     }
 }
 
-/// Answers a conversation in Anthropic's Messages shape, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/messages",
-    operation_id = "create_message",
-    tag = "anthropic",
-    request_body = MessagesRequest,
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, `text/event-stream` of named events (`message_start` … `message_stop`)", body = MessagesResponse),
-        (status = "4XX", description = "Anthropic's error shape", body = AnthropicError),
-        (status = "5XX", description = "Anthropic's error shape", body = AnthropicError),
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<MessagesRequest>,
-) -> Result<Response, ApiError> {
-    generate::<Message>(s, r).await
+route! {
+    /// Answers a conversation in Anthropic's Messages shape, whole or streamed.
+    Message: post "/v1/messages", operation_id "create_message", tag "anthropic",
+    MessagesRequest => MessagesResponse: "The answer; with `stream: true`, `text/event-stream` of named events (`message_start` … `message_stop`)",
+    (status = "4XX", description = "Anthropic's error shape", body = AnthropicError),
+    (status = "5XX", description = "Anthropic's error shape", body = AnthropicError),
 }
 
 /// Counts the tokens of a conversation's prompt as this server renders it.

@@ -7,12 +7,11 @@
 //! `response.incomplete`. Every event carries its `sequence_number`. A stream that fails
 //! sends `error`, then `response.failed`.
 
-use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::generate::{Api, Choice, EventMaker, generate, named_event, object_id, validate_chat};
+use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, validate_chat};
 use crate::api::Usage;
 use crate::api::responses::{
     IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponsesRequest, ResponsesUsage,
@@ -20,7 +19,6 @@ use crate::api::responses::{
 };
 use crate::error::ApiError;
 use crate::http::AppState;
-use crate::http::json::Json;
 use crate::tools::parse::ParsedCall;
 use crate::tools::stream::Piece;
 use crate::validation::{Validated, ValidationError, responses as convert};
@@ -345,21 +343,9 @@ impl Api for Responses {
     }
 }
 
-/// Answers a conversation in the Responses API's shape, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/responses",
-    operation_id = "create_response",
-    tag = "openai",
-    request_body = ResponsesRequest,
-    responses(
-        (status = 200, description = "The response; with `stream: true`, `text/event-stream` of named events (`response.created` … `response.completed`)", body = ResponseObject),
-        crate::api::GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<ResponsesRequest>,
-) -> Result<Response, ApiError> {
-    generate::<Responses>(s, r).await
+route! {
+    /// Answers a conversation in the Responses API's shape, whole or streamed.
+    Responses: post "/v1/responses", operation_id "create_response", tag "openai",
+    ResponsesRequest => ResponseObject: "The response; with `stream: true`, `text/event-stream` of named events (`response.created` … `response.completed`)",
+    crate::api::GenerationErrors
 }

@@ -62,6 +62,35 @@ pub async fn generate<A: Api>(s: AppState, r: A::Request) -> Result<Response, Ap
     Ok(api.answer(&v, choices, usage, &s))
 }
 
+/// Declares `handle`, the route of generation API `$api` (it runs the request through
+/// [`generate`]), with its OpenAPI description: `POST` at the path, the operation id and
+/// tag, the request and answer types, what the answer is, then the error responses.
+macro_rules! route {
+    (
+        $(#[doc = $doc:tt])*
+        $api:ident: post $path:tt, operation_id $id:tt, tag $tag:tt,
+        $request:ident => $answer:ident: $what:tt,
+        $($errors:tt)+
+    ) => {
+        $(#[doc = $doc])*
+        #[utoipa::path(
+            post,
+            path = $path,
+            operation_id = $id,
+            tag = $tag,
+            request_body = $request,
+            responses((status = 200, description = $what, body = $answer), $($errors)+)
+        )]
+        pub async fn handle(
+            axum::extract::State(s): axum::extract::State<crate::http::AppState>,
+            crate::http::json::Json(r): crate::http::json::Json<$request>,
+        ) -> Result<axum::response::Response, crate::error::ApiError> {
+            crate::http::generate::generate::<$api>(s, r).await
+        }
+    };
+}
+pub(crate) use route;
+
 /// Validates a chat request, or one made from another API's, against the server's
 /// tokenizer, grammars and limits; `fields` are the names the client's API gives them.
 pub fn validate_chat(

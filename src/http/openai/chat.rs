@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::stream::{ChunkMaker, Frames};
@@ -12,10 +11,8 @@ use crate::api::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
     ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
 };
-use crate::error::ApiError;
 use crate::http::AppState;
-use crate::http::generate::{Api, Choice, generate, validate_chat};
-use crate::http::json::Json;
+use crate::http::generate::{Api, Choice, route, validate_chat};
 use crate::tools::parse::ParsedCall;
 use crate::tools::stream::Piece;
 use crate::validation::{Fields, Validated, ValidationError};
@@ -262,21 +259,9 @@ impl Api for Chat {
     }
 }
 
-/// Answers a conversation, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/chat/completions",
-    operation_id = "create_chat_completion",
-    tag = "openai",
-    request_body = ChatRequest,
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`", body = ChatResponse),
-        GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<ChatRequest>,
-) -> Result<Response, ApiError> {
-    generate::<Chat>(s, r).await
+route! {
+    /// Answers a conversation, whole or streamed.
+    Chat: post "/v1/chat/completions", operation_id "create_chat_completion", tag "openai",
+    ChatRequest => ChatResponse: "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`",
+    GenerationErrors
 }

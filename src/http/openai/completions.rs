@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::stream::{ChunkMaker, Frames};
@@ -12,10 +11,8 @@ use crate::api::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, GenerationErrors,
     Usage,
 };
-use crate::error::ApiError;
 use crate::http::AppState;
-use crate::http::generate::{Api, Choice, generate};
-use crate::http::json::Json;
+use crate::http::generate::{Api, Choice, route};
 use crate::tools::stream::Piece;
 use crate::validation::{self, Validated, ValidationError};
 use sluice_engine::{Finish, PromptToken, TokenEvent, Tokenizer};
@@ -275,21 +272,9 @@ impl Api for Completions {
     }
 }
 
-/// Generates completions for one or more prompts, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/completions",
-    operation_id = "create_completion",
-    tag = "openai",
-    request_body = CompletionRequest,
-    responses(
-        (status = 200, description = "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`", body = CompletionResponse),
-        GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<CompletionRequest>,
-) -> Result<Response, ApiError> {
-    generate::<Completions>(s, r).await
+route! {
+    /// Generates completions for one or more prompts, whole or streamed.
+    Completions: post "/v1/completions", operation_id "create_completion", tag "openai",
+    CompletionRequest => CompletionResponse: "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`",
+    GenerationErrors
 }
