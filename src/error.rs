@@ -7,7 +7,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sluice_engine::{EngineError, SubmitError, TokenizerError};
 
-use crate::http::admin::ReloadError;
 use crate::validation::ValidationError;
 
 /// Failures of the HTTP layer itself.
@@ -48,6 +47,37 @@ pub enum HttpError {
     /// A blocking task could not finish (a bug; logged).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a reload was refused; the old weights keep serving.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReloadError {
+    /// A field of the request.
+    #[error("{message}")]
+    Invalid {
+        /// The field.
+        param: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The path does not exist.
+    #[error("{0}")]
+    Missing(String),
+    /// The path resolves outside every reload directory.
+    #[error("{0}")]
+    Outside(String),
+    /// The file cannot replace the running model (the first mismatch named).
+    #[error("{0}")]
+    Incompatible(String),
+    /// Another reload is in progress.
+    #[error("another reload is in progress")]
+    InProgress,
+    /// The engine's command queue is full or the engine is down.
+    #[error(transparent)]
+    Busy(SubmitError),
+    /// The engine stopped before swapping.
+    #[error("the engine stopped before swapping")]
+    EngineStopped,
 }
 
 /// An error returned to an API client.

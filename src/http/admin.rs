@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
-use sluice_engine::SubmitError;
 use sluice_engine::checkpoint::{self, Checkpoint, CheckpointError, ResolveError, Signature};
 use tracing::{info, warn};
 
@@ -19,38 +18,7 @@ use super::AppState;
 use super::auth::{bearer, same};
 use super::json::Json;
 use crate::api::admin::{ReloadRequest, ReloadResponse, WeightsInfo};
-use crate::error::{ApiError, HttpError};
-
-/// Why a reload was refused; the old weights keep serving.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ReloadError {
-    /// A field of the request.
-    #[error("{message}")]
-    Invalid {
-        /// The field.
-        param: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// The path does not exist.
-    #[error("{0}")]
-    Missing(String),
-    /// The path resolves outside every reload directory.
-    #[error("{0}")]
-    Outside(String),
-    /// The file cannot replace the running model (the first mismatch named).
-    #[error("{0}")]
-    Incompatible(String),
-    /// Another reload is in progress.
-    #[error("another reload is in progress")]
-    InProgress,
-    /// The engine's command queue is full or the engine is down.
-    #[error(transparent)]
-    Busy(SubmitError),
-    /// The engine stopped before swapping.
-    #[error("the engine stopped before swapping")]
-    EngineStopped,
-}
+use crate::error::{ApiError, HttpError, ReloadError};
 
 /// Admin configuration and the record of loaded checkpoints.
 pub struct Admin {

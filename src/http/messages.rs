@@ -14,7 +14,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::openai::run::{self, EventMaker, object_id};
+use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, validate_chat};
 use crate::api::Usage;
 use crate::api::anthropic::{
     AnthropicError, AnthropicErrorDetail, AnthropicUsage, CountTokensRequest, CountTokensResponse,
@@ -23,10 +23,10 @@ use crate::api::anthropic::{
 use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
-use crate::tools::ToolStream;
-use crate::tools::parse::{ParsedCall, parse};
-use crate::validation::{self, anthropic as convert, responses::rename};
-use sluice_engine::{Finish, FinishReason, PromptToken, TokenEvent};
+use crate::tools::parse::ParsedCall;
+use crate::tools::stream::Piece;
+use crate::validation::{self, Validated, ValidationError, anthropic as convert};
+use sluice_engine::{Finish, FinishReason, TokenEvent};
 
 /// Anthropic's error `type` for an HTTP status.
 fn error_type(status: u16) -> &'static str {
@@ -119,23 +119,17 @@ fn usage(u: Usage) -> AnthropicUsage {
 /// Anthropic's stream of one answer.
 struct Events {
     message: MessagesResponse,
-    tools: Option<ToolStream>,
-    parallel: bool,
     /// Blocks started so far.
     blocks: usize,
     /// The index of the text block being written, if one is open.
     open: Option<usize>,
-    called: bool,
-    finish: Option<Finish>,
+    /// How the answer ended, and whether it called a tool.
+    finish: Option<(Finish, bool)>,
 }
 
 /// A named event: `type`, then the fields of `body`.
 fn event(kind: &str, body: Value) -> SseEvent {
-    let mut v = json!({ "type": kind });
-    if let (Some(m), Value::Object(fields)) = (v.as_object_mut(), body) {
-        m.extend(fields);
-    }
-    SseEvent::default().event(kind).data(v.to_string())
+    named_event(kind, json!({ "type": kind }), body)
 }
 
 impl Events {
@@ -168,13 +162,15 @@ impl Events {
         }
     }
 
+    /// Text and calls of the answer, as blocks.
+    fn piece(&mut self, p: Piece, out: &mut Vec<SseEvent>) {
+        self.text(p.content, out);
+        self.calls(p.calls, out);
+    }
+
     fn calls(&mut self, calls: Vec<(usize, ParsedCall)>, out: &mut Vec<SseEvent>) {
-        for (i, c) in calls {
-            if !self.parallel && i > 0 {
-                continue;
-            }
+        for (_, c) in calls {
             self.close_text(out);
-            self.called = true;
             let index = self.blocks;
             self.blocks += 1;
             let OutBlock::ToolUse { id, name, input } = tool_use(c) else {
@@ -204,38 +200,24 @@ impl EventMaker for Events {
         ]
     }
 
-    fn prompt(&mut self, _: usize, _: &[PromptToken]) -> Vec<SseEvent> {
-        Vec::new()
-    }
-
-    fn token(&mut self, _: usize, t: &TokenEvent) -> Vec<SseEvent> {
+    fn token(&mut self, _: usize, _: &TokenEvent, piece: Piece) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        match self.tools.as_mut() {
-            Some(s) => {
-                let p = s.push(&t.text);
-                self.text(p.content, &mut out);
-                self.calls(p.calls, &mut out);
-            }
-            None => self.text(t.text.clone(), &mut out),
-        }
+        self.piece(piece, &mut out);
         out
     }
 
-    fn done(&mut self, _: usize, f: &Finish) -> Vec<SseEvent> {
+    fn done(&mut self, _: usize, f: &Finish, rest: Piece, called: bool) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        if let Some(p) = self.tools.as_mut().map(|s| s.finish()) {
-            self.text(p.content, &mut out);
-            self.calls(p.calls, &mut out);
-        }
+        self.piece(rest, &mut out);
         self.close_text(&mut out);
-        self.finish = Some(f.clone());
+        self.finish = Some((f.clone(), called));
         out
     }
 
     fn end(&mut self, u: Usage) -> Vec<SseEvent> {
         let (reason, stop) = match &self.finish {
-            Some(f) => {
-                let reason = stop_reason(f, self.called);
+            Some((f, called)) => {
+                let reason = stop_reason(f, *called);
                 (reason, stop_sequence(f, reason))
             }
             None => ("end_turn", None),
@@ -261,91 +243,63 @@ impl EventMaker for Events {
     }
 }
 
-/// Answers a conversation in Anthropic's Messages shape, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/messages",
-    operation_id = "create_message",
-    tag = "anthropic",
-    request_body = MessagesRequest,
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, `text/event-stream` of named events (`message_start` … `message_stop`)", body = MessagesResponse),
-        (status = "4XX", description = "Anthropic's error shape", body = AnthropicError),
-        (status = "5XX", description = "Anthropic's error shape", body = AnthropicError),
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<MessagesRequest>,
-) -> Result<Response, ApiError> {
-    s.check_open()?;
-    let st = s.clone();
-    let stream = r.stream;
-    let v = off_thread(move || {
-        let chat = convert::chat_request(&r)?;
-        validation::chat(
-            &chat,
-            &st.tokenizer,
-            st.grammars.as_deref(),
-            st.tool_parser,
-            &st.limits,
-            &st.model_name,
-        )
-        .map_err(|e| rename(e, convert::NAMES))
-    })
-    .await?;
-    let input_tokens = v.requests.first().map_or(0, |q| q.prompt.len());
-    let streams = run::submit(&s.engine, v.requests.clone())?;
-    let mut message = MessagesResponse {
-        id: object_id("msg"),
-        kind: "message",
-        role: "assistant",
-        model: s.model_name.to_string(),
-        content: Vec::new(),
-        stop_reason: None,
-        stop_sequence: None,
-        usage: AnthropicUsage {
-            input_tokens,
-            ..AnthropicUsage::default()
-        },
-    };
-    if stream {
-        let maker = Events {
-            message,
-            tools: v
-                .tool_format
-                .map(|f| ToolStream::new(f, v.tool_names.clone())),
-            parallel: v.tool_parallel,
+/// A message as it starts: its id, and the prompt's tokens as its usage.
+struct Message(MessagesResponse);
+
+impl Api for Message {
+    type Request = MessagesRequest;
+    type Events = Events;
+
+    fn validate(r: &MessagesRequest, s: &AppState) -> Result<Validated, ValidationError> {
+        validate_chat(&convert::chat_request(r)?, &convert::FIELDS, s)
+    }
+
+    fn start(_: MessagesRequest, v: &Validated, s: &AppState) -> Self {
+        Message(MessagesResponse {
+            id: object_id("msg"),
+            kind: "message",
+            role: "assistant",
+            model: s.model_name.to_string(),
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: AnthropicUsage {
+                input_tokens: v.requests.first().map_or(0, |q| q.prompt.len()),
+                ..AnthropicUsage::default()
+            },
+        })
+    }
+
+    fn events(self, _: &Validated, _: &AppState) -> Events {
+        Events {
+            message: self.0,
             blocks: 0,
             open: None,
-            called: false,
             finish: None,
-        };
-        return Ok(run::events(streams, maker, 1, s.deadline.subscribe()).into_response());
-    }
-    let choices = run::collect(streams, s.deadline.subscribe()).await?;
-    let finishes = run::finishes(&choices);
-    run::log_summary(&finishes, 1);
-    let c = choices.into_iter().next().expect("one choice per message");
-    let (content, calls) = match v.tool_format {
-        Some(f) => {
-            let mut p = parse(f, &c.text, &v.tool_names);
-            if !v.tool_parallel {
-                p.calls.truncate(1);
-            }
-            (p.content, p.calls)
         }
-        None => (c.text, Vec::new()),
-    };
-    if !content.is_empty() {
-        message.content.push(OutBlock::Text { text: content });
     }
-    let reason = stop_reason(&c.finish, !calls.is_empty());
-    message.stop_reason = Some(reason);
-    message.stop_sequence = stop_sequence(&c.finish, reason);
-    message.content.extend(calls.into_iter().map(tool_use));
-    message.usage = usage(run::usage(finishes.into_iter(), 1));
-    Ok(axum::Json(message).into_response())
+
+    fn answer(self, _: &Validated, choices: Vec<Choice>, u: Usage, _: &AppState) -> Response {
+        let mut message = self.0;
+        let c = choices.into_iter().next().expect("one choice per message");
+        if !c.text.is_empty() {
+            message.content.push(OutBlock::Text { text: c.text });
+        }
+        let reason = stop_reason(&c.finish, !c.calls.is_empty());
+        message.stop_reason = Some(reason);
+        message.stop_sequence = stop_sequence(&c.finish, reason);
+        message.content.extend(c.calls.into_iter().map(tool_use));
+        message.usage = usage(u);
+        axum::Json(message).into_response()
+    }
+}
+
+route! {
+    /// Answers a conversation in Anthropic's Messages shape, whole or streamed.
+    Message: post "/v1/messages", operation_id "create_message", tag "anthropic",
+    MessagesRequest => MessagesResponse: "The answer; with `stream: true`, `text/event-stream` of named events (`message_start` … `message_stop`)",
+    (status = "4XX", description = "Anthropic's error shape", body = AnthropicError),
+    (status = "5XX", description = "Anthropic's error shape", body = AnthropicError),
 }
 
 /// Counts the tokens of a conversation's prompt as this server renders it.

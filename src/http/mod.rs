@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod auth;
 pub mod conn;
+pub mod generate;
 pub mod health;
 pub mod json;
 pub mod messages;

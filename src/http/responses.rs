@@ -7,24 +7,22 @@
 //! `response.incomplete`. Every event carries its `sequence_number`. A stream that fails
 //! sends `error`, then `response.failed`.
 
-use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::openai::run::{self, EventMaker, object_id};
+use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, validate_chat};
 use crate::api::Usage;
 use crate::api::responses::{
     IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponsesRequest, ResponsesUsage,
     TextConfig,
 };
 use crate::error::ApiError;
-use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
-use crate::tools::parse::{ParsedCall, parse};
-use crate::tools::{ToolFormat, ToolStream};
-use crate::validation::{self, responses as convert};
-use sluice_engine::{Finish, FinishReason, PromptToken, TokenEvent};
+use crate::http::AppState;
+use crate::tools::parse::ParsedCall;
+use crate::tools::stream::Piece;
+use crate::validation::{Validated, ValidationError, responses as convert};
+use sluice_engine::{Finish, FinishReason, TokenEvent};
 
 /// The response object as first announced (`in_progress`, no output yet), echoing the
 /// request's settings.
@@ -114,9 +112,8 @@ fn function_call(c: ParsedCall, status: &'static str) -> OutputItem {
 struct Events {
     resp: ResponseObject,
     seq: u64,
-    tools: Option<ToolStream>,
-    /// `parallel_tool_calls`: else only the first call is sent.
-    parallel: bool,
+    /// The request has active tools: no message item is opened before text comes.
+    tools: bool,
     /// The message item being written: its output index, id and text so far.
     open: Option<(usize, String, String)>,
     finish: Option<Finish>,
@@ -125,12 +122,9 @@ struct Events {
 impl Events {
     /// A named event: `type` and `sequence_number`, then the fields of `body`.
     fn event(&mut self, kind: &str, body: Value) -> SseEvent {
-        let mut v = json!({"type": kind, "sequence_number": self.seq});
-        if let (Some(m), Value::Object(fields)) = (v.as_object_mut(), body) {
-            m.extend(fields);
-        }
+        let head = json!({"type": kind, "sequence_number": self.seq});
         self.seq += 1;
-        SseEvent::default().event(kind).data(v.to_string())
+        named_event(kind, head, body)
     }
 
     fn lifecycle(&mut self, kind: &str) -> SseEvent {
@@ -204,11 +198,11 @@ impl Events {
         ));
     }
 
-    fn calls(&mut self, calls: Vec<(usize, ParsedCall)>, out: &mut Vec<SseEvent>) {
-        for (i, c) in calls {
-            if self.parallel || i == 0 {
-                self.call(c, out);
-            }
+    /// Text and calls of the answer, as items.
+    fn piece(&mut self, p: Piece, out: &mut Vec<SseEvent>) {
+        self.text(p.content, out);
+        for (_, c) in p.calls {
+            self.call(c, out);
         }
     }
 
@@ -255,36 +249,21 @@ impl EventMaker for Events {
             self.lifecycle("response.created"),
             self.lifecycle("response.in_progress"),
         ];
-        if self.tools.is_none() {
+        if !self.tools {
             self.open_message(&mut out);
         }
         out
     }
 
-    fn prompt(&mut self, _: usize, _: &[PromptToken]) -> Vec<SseEvent> {
-        Vec::new()
-    }
-
-    fn token(&mut self, _: usize, t: &TokenEvent) -> Vec<SseEvent> {
+    fn token(&mut self, _: usize, _: &TokenEvent, piece: Piece) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        let (content, calls) = match self.tools.as_mut() {
-            Some(s) => {
-                let p = s.push(&t.text);
-                (p.content, p.calls)
-            }
-            None => (t.text.clone(), Vec::new()),
-        };
-        self.text(content, &mut out);
-        self.calls(calls, &mut out);
+        self.piece(piece, &mut out);
         out
     }
 
-    fn done(&mut self, _: usize, f: &Finish) -> Vec<SseEvent> {
+    fn done(&mut self, _: usize, f: &Finish, rest: Piece, _: bool) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        if let Some(p) = self.tools.as_mut().map(|s| s.finish()) {
-            self.text(p.content, &mut out);
-            self.calls(p.calls, &mut out);
-        }
+        self.piece(rest, &mut out);
         if self.resp.output.is_empty() {
             self.open_message(&mut out);
         }
@@ -322,93 +301,51 @@ impl EventMaker for Events {
     }
 }
 
-/// The output items of a whole answer.
-fn output(
-    text: String,
-    format: Option<ToolFormat>,
-    names: &[String],
-    parallel: bool,
-    status: &'static str,
-) -> Vec<OutputItem> {
-    let (content, calls) = match format {
-        Some(f) => {
-            let mut p = parse(f, &text, names);
-            if !parallel {
-                p.calls.truncate(1);
-            }
-            (p.content, p.calls)
-        }
-        None => (text, Vec::new()),
-    };
-    let mut items = Vec::new();
-    if !content.is_empty() || calls.is_empty() {
-        items.push(message(object_id("msg"), status, Some(content)));
-    }
-    items.extend(calls.into_iter().map(|c| function_call(c, "completed")));
-    items
-}
+/// A response as it starts: the object first announced.
+struct Responses(ResponseObject);
 
-/// Answers a conversation in the Responses API's shape, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/responses",
-    operation_id = "create_response",
-    tag = "openai",
-    request_body = ResponsesRequest,
-    responses(
-        (status = 200, description = "The response; with `stream: true`, `text/event-stream` of named events (`response.created` … `response.completed`)", body = ResponseObject),
-        crate::api::GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<ResponsesRequest>,
-) -> Result<Response, ApiError> {
-    s.check_open()?;
-    let st = s.clone();
-    let req = r.clone();
-    let v = off_thread(move || {
-        let chat = convert::chat_request(&req)?;
-        validation::chat(
-            &chat,
-            &st.tokenizer,
-            st.grammars.as_deref(),
-            st.tool_parser,
-            &st.limits,
-            &st.model_name,
-        )
-        .map_err(|e| convert::rename(e, convert::NAMES))
-    })
-    .await?;
-    let streams = run::submit(&s.engine, v.requests.clone())?;
-    let mut resp = base(&r, &s.model_name);
-    if v.stream {
-        let maker = Events {
-            resp,
+impl Api for Responses {
+    type Request = ResponsesRequest;
+    type Events = Events;
+
+    fn validate(r: &ResponsesRequest, s: &AppState) -> Result<Validated, ValidationError> {
+        validate_chat(&convert::chat_request(r)?, &convert::FIELDS, s)
+    }
+
+    fn start(r: ResponsesRequest, _: &Validated, s: &AppState) -> Self {
+        Responses(base(&r, &s.model_name))
+    }
+
+    fn events(self, v: &Validated, _: &AppState) -> Events {
+        Events {
+            resp: self.0,
             seq: 0,
-            tools: v
-                .tool_format
-                .map(|f| ToolStream::new(f, v.tool_names.clone())),
-            parallel: v.tool_parallel,
+            tools: v.tools.is_some(),
             open: None,
             finish: None,
-        };
-        return Ok(run::events(streams, maker, 1, s.deadline.subscribe()).into_response());
+        }
     }
-    let choices = run::collect(streams, s.deadline.subscribe()).await?;
-    let finishes = run::finishes(&choices);
-    run::log_summary(&finishes, 1);
-    let choice = choices.into_iter().next().expect("one choice per response");
-    let (status, details) = status(&choice.finish);
-    resp.output = output(
-        choice.text,
-        v.tool_format,
-        &v.tool_names,
-        v.tool_parallel,
-        status,
-    );
-    resp.status = status;
-    resp.incomplete_details = details;
-    resp.usage = Some(usage(run::usage(finishes.into_iter(), 1)));
-    Ok(axum::Json(resp).into_response())
+
+    fn answer(self, _: &Validated, choices: Vec<Choice>, u: Usage, _: &AppState) -> Response {
+        let mut resp = self.0;
+        let c = choices.into_iter().next().expect("one choice per response");
+        let (status, details) = status(&c.finish);
+        if !c.text.is_empty() || c.calls.is_empty() {
+            let text = Some(c.text);
+            resp.output.push(message(object_id("msg"), status, text));
+        }
+        let calls = c.calls.into_iter().map(|c| function_call(c, "completed"));
+        resp.output.extend(calls);
+        resp.status = status;
+        resp.incomplete_details = details;
+        resp.usage = Some(usage(u));
+        axum::Json(resp).into_response()
+    }
+}
+
+route! {
+    /// Answers a conversation in the Responses API's shape, whole or streamed.
+    Responses: post "/v1/responses", operation_id "create_response", tag "openai",
+    ResponsesRequest => ResponseObject: "The response; with `stream: true`, `text/event-stream` of named events (`response.created` … `response.completed`)",
+    crate::api::GenerationErrors
 }

@@ -1,6 +1,7 @@
-//! Tool calling: how a model family writes a call (`ToolFormat`), the prompt block that
-//! describes the tools when the chat template has no `tools` variable, and the grammar
-//! that makes a required call always parse (docs/ARCHITECTURE.md, "Tool calls").
+//! Tool calling: how a model family writes a call (`ToolFormat`), how an answer's calls
+//! are read out of its text (`CallReader`), the prompt block that describes the tools
+//! when the chat template has no `tools` variable, and the grammar that makes a required
+//! call always parse (docs/ARCHITECTURE.md, "Tool calls").
 
 pub mod parse;
 pub mod stream;
@@ -12,6 +13,7 @@ use sluice_engine::json_layout;
 pub use stream::ToolStream;
 
 use crate::api::tools::Tool;
+use parse::{Parsed, parse};
 
 /// How a model writes its calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +77,35 @@ impl ToolFormat {
             Self::Llama3 => body.to_string(),
             Self::Mistral => format!("[TOOL_CALLS][{body}]"),
         }
+    }
+}
+
+/// How the tool calls of a request's answers are read: the format the model writes them
+/// in, the functions that may be called, and whether calls after the first are kept
+/// (`parallel_tool_calls`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallReader {
+    /// The format of the calls.
+    pub format: ToolFormat,
+    /// The functions that may be called (a call to another name is content).
+    pub names: Vec<String>,
+    /// Keep every call, else only the first.
+    pub parallel: bool,
+}
+
+impl CallReader {
+    /// The content and the calls of a whole answer.
+    pub fn read(&self, text: &str) -> Parsed {
+        let mut p = parse(self.format, text, &self.names);
+        if !self.parallel {
+            p.calls.truncate(1);
+        }
+        p
+    }
+
+    /// A reader of one streamed answer.
+    pub fn stream(&self) -> ToolStream {
+        ToolStream::new(self.clone())
     }
 }
 

@@ -3,23 +3,22 @@
 //! sent when it is complete, in OpenAI's delta shape (index, id and name first, then the
 //! arguments).
 
-use super::ToolFormat;
 use super::parse::{HERMES_CLOSE, HERMES_OPEN, ParsedCall, hermes_call, opener, parse};
+use super::{CallReader, ToolFormat};
 
 /// What one piece of output turns into.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Piece {
     /// Content to send now.
     pub content: String,
-    /// Calls completed now, with their index in the message.
+    /// Calls completed now, with their index in the message (only the first call when
+    /// the reader keeps one).
     pub calls: Vec<(usize, ParsedCall)>,
 }
 
 /// The per-choice state of a streamed answer with tools.
 pub struct ToolStream {
-    format: ToolFormat,
-    /// The functions that may be called.
-    names: Vec<String>,
+    reader: CallReader,
     /// Whitespace after a call, sent only if content follows.
     pending: String,
     /// Text received and not yet sent or parsed.
@@ -41,11 +40,10 @@ fn partial_suffix(s: &str, marker: &str) -> usize {
 }
 
 impl ToolStream {
-    /// A stream of answers in `format`.
-    pub fn new(format: ToolFormat, names: Vec<String>) -> Self {
+    /// A stream of one answer read by `reader`.
+    pub fn new(reader: CallReader) -> Self {
         Self {
-            format,
-            names,
+            reader,
             pending: String::new(),
             held: String::new(),
             in_call: false,
@@ -54,18 +52,21 @@ impl ToolStream {
         }
     }
 
-    /// Calls sent so far.
+    /// Calls found so far.
     pub fn calls(&self) -> usize {
         self.calls
     }
 
+    /// Numbers the calls found, keeping only the first of the answer unless parallel.
     fn number(&mut self, calls: Vec<ParsedCall>) -> Vec<(usize, ParsedCall)> {
+        let parallel = self.reader.parallel;
         calls
             .into_iter()
             .map(|c| {
                 self.calls += 1;
                 (self.calls - 1, c)
             })
+            .filter(|(i, _)| parallel || *i == 0)
             .collect()
     }
 
@@ -75,7 +76,7 @@ impl ToolStream {
         let mut out = Piece::default();
         loop {
             if self.in_call {
-                if self.format != ToolFormat::Hermes {
+                if self.reader.format != ToolFormat::Hermes {
                     // Llama 3 and Mistral calls run to the end of the answer.
                     return out;
                 }
@@ -85,7 +86,7 @@ impl ToolStream {
                 let body = self.held[..end].to_string();
                 self.held.drain(..end + HERMES_CLOSE.len());
                 self.in_call = false;
-                match hermes_call(&body, &self.names) {
+                match hermes_call(&body, &self.reader.names) {
                     Some(c) => out.calls.extend(self.number(vec![c])),
                     // Not a call after all: its text is content.
                     None => out
@@ -94,9 +95,9 @@ impl ToolStream {
                 }
                 continue;
             }
-            let marker = opener(self.format);
+            let marker = opener(self.reader.format);
             let trimmed = self.held.trim_start();
-            if self.format == ToolFormat::Llama3 {
+            if self.reader.format == ToolFormat::Llama3 {
                 // A Llama 3 answer is calls only if it starts with one.
                 if !self.at_start {
                     let all = std::mem::take(&mut self.held);
@@ -118,7 +119,7 @@ impl ToolStream {
                 let before: String = self.held.drain(..at).collect();
                 self.send(&mut out, &before);
                 self.pending.clear();
-                if self.format == ToolFormat::Hermes {
+                if self.reader.format == ToolFormat::Hermes {
                     self.held.drain(..marker.len());
                 }
                 self.in_call = true;
@@ -155,11 +156,11 @@ impl ToolStream {
             return out;
         }
         self.in_call = false;
-        let text = match self.format {
+        let text = match self.reader.format {
             ToolFormat::Hermes => format!("{HERMES_OPEN}{held}"),
             _ => held,
         };
-        let p = parse(self.format, &text, &self.names);
+        let p = parse(self.reader.format, &text, &self.reader.names);
         if p.calls.is_empty() {
             out.content = text;
         } else {
@@ -175,8 +176,16 @@ mod tests {
     use super::*;
 
     /// Feeds `text` in pieces of `step` characters; returns the content and the calls.
+    fn reader(format: ToolFormat) -> CallReader {
+        CallReader {
+            format,
+            names: Vec::new(),
+            parallel: true,
+        }
+    }
+
     fn run(format: ToolFormat, text: &str, step: usize) -> (String, Vec<(usize, ParsedCall)>) {
-        let mut s = ToolStream::new(format, Vec::new());
+        let mut s = reader(format).stream();
         let chars: Vec<char> = text.chars().collect();
         let (mut content, mut calls) = (String::new(), Vec::new());
         for piece in chars.chunks(step) {
@@ -240,7 +249,7 @@ mod tests {
 
     #[test]
     fn content_before_a_call_is_not_held_longer_than_needed() {
-        let mut s = ToolStream::new(ToolFormat::Hermes, Vec::new());
+        let mut s = reader(ToolFormat::Hermes).stream();
         assert_eq!(s.push("Hello <").content, "Hello ");
         assert_eq!(s.push("b>").content, "<b>");
     }

@@ -11,8 +11,8 @@ use crate::api::tools::{FunctionCall, FunctionDef, NamedFunction, NamedToolChoic
 use crate::api::tools::{ToolCall, ToolChoice};
 use crate::api::{ChatRequest, CommonParams, StopInput, WireMessage};
 
-use super::ValidationError;
 use super::responses::{push_call, text_message};
+use super::{Fields, ValidationError};
 
 fn invalid(param: &'static str, message: String) -> ValidationError {
     ValidationError::invalid(param, message)
@@ -205,7 +205,7 @@ pub fn chat_request(r: &MessagesRequest) -> Result<ChatRequest, ValidationError>
             format!("max_tokens must be at least 1, got {}", r.max_tokens),
         ));
     }
-    let (tools, tool_choice, parallel) = tools(r.tools.as_deref(), r.tool_choice.as_ref())?;
+    let tools = tools(r.tools.as_deref(), r.tool_choice.as_ref())?;
     let response_format = match r.output_config.as_ref().and_then(|c| c.format.as_ref()) {
         None => None,
         Some(f) if f.kind == "json_schema" => Some(ResponseFormat::JsonSchema {
@@ -226,51 +226,55 @@ pub fn chat_request(r: &MessagesRequest) -> Result<ChatRequest, ValidationError>
             ));
         }
     };
-    Ok(ChatRequest {
-        messages: conversation(r.system.as_ref(), &r.messages)?,
-        max_completion_tokens: None,
-        logprobs: false,
-        top_logprobs: None,
-        tools,
-        tool_choice,
-        parallel_tool_calls: parallel,
-        common: CommonParams {
-            model: r.model.clone(),
-            max_tokens: Some(r.max_tokens),
-            temperature: r.temperature,
-            top_p: r.top_p,
-            top_k: r.top_k,
-            stream: r.stream,
-            stop: r.stop_sequences.clone().map(StopInput::Many),
-            response_format,
-            ..CommonParams::default()
-        },
-    })
+    let common = CommonParams {
+        model: r.model.clone(),
+        max_tokens: Some(r.max_tokens),
+        temperature: r.temperature,
+        top_p: r.top_p,
+        top_k: r.top_k,
+        stream: r.stream,
+        stop: r.stop_sequences.clone().map(StopInput::Many),
+        response_format,
+        ..CommonParams::default()
+    };
+    request(r.system.as_ref(), &r.messages, tools, common)
 }
 
 /// The chat request whose prompt `count_tokens` measures.
 pub fn count_request(
     r: &crate::api::anthropic::CountTokensRequest,
 ) -> Result<ChatRequest, ValidationError> {
-    let (tools, tool_choice, parallel) = tools(r.tools.as_deref(), r.tool_choice.as_ref())?;
+    let tools = tools(r.tools.as_deref(), r.tool_choice.as_ref())?;
+    let common = CommonParams {
+        model: r.model.clone(),
+        ..CommonParams::default()
+    };
+    request(r.system.as_ref(), &r.messages, tools, common)
+}
+
+/// The chat request of a conversation and its tools; `common` holds the other fields.
+fn request(
+    system: Option<&SystemPrompt>,
+    messages: &[InMessage],
+    (tools, tool_choice, parallel): ChatTools,
+    common: CommonParams,
+) -> Result<ChatRequest, ValidationError> {
     Ok(ChatRequest {
-        messages: conversation(r.system.as_ref(), &r.messages)?,
+        messages: conversation(system, messages)?,
         max_completion_tokens: None,
         logprobs: false,
         top_logprobs: None,
         tools,
         tool_choice,
         parallel_tool_calls: parallel,
-        common: CommonParams {
-            model: r.model.clone(),
-            ..CommonParams::default()
-        },
+        common,
     })
 }
 
-/// Chat field names as the Messages API calls them.
-pub const NAMES: &[(&str, &str)] = &[
-    ("stop", "stop_sequences"),
-    ("response_format", "output_config"),
-    ("max_completion_tokens", "max_tokens"),
-];
+/// The Messages names of the chat fields it spells its own way.
+pub const FIELDS: Fields = Fields {
+    messages: "messages",
+    max_tokens: "max_tokens",
+    stop: "stop_sequences",
+    response_format: "output_config",
+};

@@ -13,6 +13,7 @@ use sluice_engine::{ChatMessage, Grammars, Tokenizer, TokenizerError, ValidReque
 use params::{Endpoint, build, check_ids};
 
 use crate::api::{ChatRequest, CompletionRequest, MessageContent, PromptInput, WireMessage};
+use crate::tools::{CallReader, ToolFormat};
 
 /// Why a request is refused before it reaches the engine.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -51,6 +52,31 @@ pub enum ValidationError {
     /// The prompt or conversation cannot be tokenised or rendered.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+}
+
+/// What an API calls the chat fields it spells its own way: validation is told them, so
+/// that a refusal's `param` names the field the client sent (its message keeps the chat
+/// name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fields {
+    /// The conversation (`messages`).
+    pub messages: &'static str,
+    /// The most tokens to generate (`max_tokens`).
+    pub max_tokens: &'static str,
+    /// The stop strings (`stop`).
+    pub stop: &'static str,
+    /// The output format (`response_format`).
+    pub response_format: &'static str,
+}
+
+impl Fields {
+    /// OpenAI's chat and completions names (also vLLM's `tokenize`).
+    pub const OPENAI: Fields = Fields {
+        messages: "messages",
+        max_tokens: "max_tokens",
+        stop: "stop",
+        response_format: "response_format",
+    };
 }
 
 impl ValidationError {
@@ -126,12 +152,20 @@ pub struct Validated {
     pub beam: bool,
     /// vLLM's `prompt_logprobs`: alternatives per prompt token to report.
     pub prompt_logprobs: Option<usize>,
-    /// The format to read tool calls in, when the request has active tools.
-    pub tool_format: Option<crate::tools::ToolFormat>,
-    /// The functions that may be called.
-    pub tool_names: Vec<String>,
-    /// Whether more than one call may be returned (`parallel_tool_calls`).
-    pub tool_parallel: bool,
+    /// How tool calls are read out of the answers, when the request has active tools.
+    pub tools: Option<CallReader>,
+}
+
+impl Validated {
+    /// Choices generated per prompt: `best_of` when more than `n`, one beam search per
+    /// prompt, else `n`.
+    pub fn copies(&self) -> usize {
+        if self.beam {
+            1
+        } else {
+            self.best_of.unwrap_or(self.n)
+        }
+    }
 }
 
 /// Checks the `model` field against the served name.
@@ -217,10 +251,11 @@ pub fn completion(
             format!("give between 1 and {} prompts", limits.max_prompts),
         ));
     }
-    let constraint = structured::constraint(&r.common, grammars)?;
+    let constraint = structured::constraint(&r.common, grammars, &Fields::OPENAI)?;
     structured::compatible(&r.common, constraint.is_some())?;
     let at = Endpoint {
         route: "completions",
+        fields: Fields::OPENAI,
         default_max: Some(16),
         logprobs,
         echo_scores: logprobs.filter(|_| r.echo),
@@ -251,17 +286,19 @@ pub fn completion(
         best_of: best_of.filter(|_| !beam),
         beam,
         prompt_logprobs: r.common.prompt_logprobs.map(|k| k as usize),
-        tool_format: None,
-        tool_names: Vec::new(),
-        tool_parallel: true,
+        tools: None,
     })
 }
 
-/// Turns wire messages into template messages, refusing non-text content.
-pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationError> {
+/// Turns wire messages into template messages, refusing non-text content; `param` is
+/// what the client's API calls them.
+pub fn messages(
+    msgs: &[WireMessage],
+    param: &'static str,
+) -> Result<Vec<ChatMessage>, ValidationError> {
     if msgs.is_empty() {
         return Err(ValidationError::invalid(
-            "messages",
+            param,
             "`messages` must not be empty",
         ));
     }
@@ -277,7 +314,7 @@ pub fn messages(msgs: &[WireMessage]) -> Result<Vec<ChatMessage>, ValidationErro
                             ("text", Some(t)) => s.push_str(t),
                             _ => {
                                 return Err(ValidationError::invalid(
-                                    "messages",
+                                    param,
                                     format!(
                                         "content parts of type `{}` are not supported; only text",
                                         p.kind
@@ -300,29 +337,41 @@ pub fn prompt_tokens(
     r: &ChatRequest,
     tok: &Tokenizer,
     grammars: Option<&Grammars>,
-    tool_parser: Option<crate::tools::ToolFormat>,
+    tool_parser: Option<ToolFormat>,
     served: &str,
 ) -> Result<usize, ValidationError> {
-    check_model(r.common.model.as_deref(), served)?;
-    let mut msgs = messages(&r.messages)?;
-    tools::history(&r.messages, &mut msgs)?;
-    let plan = tools::plan(r, &msgs, tok, grammars, tool_parser)?;
+    let plan = conversation(r, &Fields::OPENAI, tok, grammars, tool_parser, served)?;
     Ok(tok.encode(&plan.text)?.len())
 }
 
-/// Validates `POST /v1/chat/completions`.
-pub fn chat(
+/// The model, the conversation and the tools of a chat request, checked, and its prompt
+/// rendered.
+fn conversation(
     r: &ChatRequest,
+    fields: &Fields,
     tok: &Tokenizer,
     grammars: Option<&Grammars>,
-    tool_parser: Option<crate::tools::ToolFormat>,
+    tool_parser: Option<ToolFormat>,
+    served: &str,
+) -> Result<tools::ToolPlan, ValidationError> {
+    check_model(r.common.model.as_deref(), served)?;
+    let mut msgs = messages(&r.messages, fields.messages)?;
+    tools::history(&r.messages, &mut msgs, fields.messages)?;
+    tools::plan(r, &msgs, tok, grammars, tool_parser)
+}
+
+/// Validates `POST /v1/chat/completions`, and the Responses and Messages requests made
+/// chat requests; `fields` are the names the client's API gives the fields.
+pub fn chat(
+    r: &ChatRequest,
+    fields: &Fields,
+    tok: &Tokenizer,
+    grammars: Option<&Grammars>,
+    tool_parser: Option<ToolFormat>,
     limits: &Limits,
     served: &str,
 ) -> Result<Validated, ValidationError> {
-    check_model(r.common.model.as_deref(), served)?;
-    let mut msgs = messages(&r.messages)?;
-    tools::history(&r.messages, &mut msgs)?;
-    let plan = tools::plan(r, &msgs, tok, grammars, tool_parser)?;
+    let plan = conversation(r, fields, tok, grammars, tool_parser, served)?;
     let text = plan.text;
     let prompt = tok.encode(&text)?;
     let logprobs = match (r.logprobs, r.top_logprobs) {
@@ -355,14 +404,17 @@ pub fn chat(
         common.max_tokens = Some(m);
     }
     if plan.format.is_some()
-        && let Some(field) = structured::field(&common)?
+        && let Some((name, param)) = structured::field(&common, fields)?
     {
         return Err(ValidationError::invalid(
-            field,
-            format!("`{field}` cannot be combined with tools; use `tool_choice: none`"),
+            param,
+            format!("`{name}` cannot be combined with tools; use `tool_choice: none`"),
         ));
     }
-    let constraint = match (structured::constraint(&common, grammars)?, plan.constraint) {
+    let constraint = match (
+        structured::constraint(&common, grammars, fields)?,
+        plan.constraint,
+    ) {
         (Some(_), Some(_)) => {
             return Err(ValidationError::invalid(
                 "tool_choice",
@@ -386,6 +438,7 @@ pub fn chat(
     }
     let at = Endpoint {
         route: "chat",
+        fields: *fields,
         default_max: None,
         logprobs,
         echo_scores: None,
@@ -408,13 +461,15 @@ pub fn chat(
         best_of: None,
         beam: false,
         prompt_logprobs: common.prompt_logprobs.map(|k| k as usize),
-        tool_format: plan.format,
-        tool_names: r
-            .tools
-            .iter()
-            .flatten()
-            .map(|t| t.function.name.clone())
-            .collect(),
-        tool_parallel: r.parallel_tool_calls.unwrap_or(true),
+        tools: plan.format.map(|format| CallReader {
+            format,
+            names: r
+                .tools
+                .iter()
+                .flatten()
+                .map(|t| t.function.name.clone())
+                .collect(),
+            parallel: r.parallel_tool_calls.unwrap_or(true),
+        }),
     })
 }

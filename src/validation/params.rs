@@ -4,7 +4,7 @@
 use sluice_engine::SamplingParams;
 use sluice_engine::{BeamSpec, Tokenizer, ValidRequest};
 
-use super::{Limits, ValidationError};
+use super::{Fields, Limits, ValidationError};
 use crate::api::{CommonParams, StopInput};
 
 fn range(
@@ -43,6 +43,8 @@ pub(super) fn check_ids(
 pub(super) struct Endpoint {
     /// `completions` or `chat`.
     pub route: &'static str,
+    /// What the client's API calls the fields.
+    pub fields: Fields,
     /// `max_tokens` when the client gave none (else the rest of the context).
     pub default_max: Option<usize>,
     /// Alternatives per generated token, when logprobs were asked for.
@@ -207,7 +209,7 @@ pub(super) fn build(
     };
     if stop_strings.len() > limits.max_stop {
         return Err(ValidationError::invalid(
-            "stop",
+            at.fields.stop,
             format!(
                 "at most {} stop strings are allowed, got {}",
                 limits.max_stop,
@@ -217,7 +219,7 @@ pub(super) fn build(
     }
     if stop_strings.iter().any(String::is_empty) {
         return Err(ValidationError::invalid(
-            "stop",
+            at.fields.stop,
             "stop strings must not be empty",
         ));
     }
@@ -310,7 +312,7 @@ pub(super) fn build(
             Some(0) if scored.is_some() => 0,
             Some(m) if m < 1 => {
                 return Err(ValidationError::invalid(
-                    "max_tokens",
+                    at.fields.max_tokens,
                     format!(
                         "`max_tokens` must be at least 1, got {m} (0 only scores a prompt: \
                          with `echo` and `logprobs`, or `prompt_logprobs`)"
@@ -319,7 +321,7 @@ pub(super) fn build(
             }
             Some(m) if m as usize > limits.max_new_tokens => {
                 return Err(ValidationError::Limit {
-                    param: "max_tokens",
+                    param: at.fields.max_tokens,
                     what: "max_tokens",
                     limit: limits.max_new_tokens,
                     got: m as usize,
@@ -334,7 +336,7 @@ pub(super) fn build(
         };
         if prompt.len() + max_tokens > limits.context {
             return Err(ValidationError::ContextLength {
-                param: "max_tokens",
+                param: at.fields.max_tokens,
                 message: format!(
                     "this request needs {} prompt tokens + {} max_tokens = {} tokens, more than \
                      the context of {} tokens",

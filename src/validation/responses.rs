@@ -1,7 +1,7 @@
 //! `POST /v1/responses` as a chat request: the input items become chat messages (function
 //! calls and their outputs the chat API's tool history), `text.format` the
 //! `response_format`, flat function tools the chat API's `tools`. Every field is then
-//! checked by the chat validation, and its errors renamed to the Responses fields.
+//! checked by the chat validation, told the Responses names of the fields (`FIELDS`).
 
 use crate::api::responses::{InputContent, ResponsesInput, ResponsesRequest, TextFormat};
 use crate::api::structured::{JsonSchemaFormat, ResponseFormat};
@@ -9,7 +9,7 @@ use crate::api::tools::{FunctionCall, FunctionDef, NamedFunction, NamedToolChoic
 use crate::api::tools::{ToolCall, ToolChoice};
 use crate::api::{ChatRequest, CommonParams, MessageContent, WireMessage};
 
-use super::ValidationError;
+use super::{Fields, ValidationError};
 
 /// A plain text message.
 pub fn text_message(role: &str, text: String) -> WireMessage {
@@ -288,42 +288,10 @@ pub fn chat_request(r: &ResponsesRequest) -> Result<ChatRequest, ValidationError
     })
 }
 
-/// A chat validation error with the field renamed to its name in another API.
-pub fn rename(e: ValidationError, names: &[(&str, &'static str)]) -> ValidationError {
-    let to = |p: &'static str| {
-        names
-            .iter()
-            .find(|(from, _)| *from == p)
-            .map_or(p, |(_, to)| *to)
-    };
-    match e {
-        ValidationError::Invalid { param, message } => ValidationError::Invalid {
-            param: to(param),
-            message,
-        },
-        ValidationError::Limit {
-            param,
-            what,
-            limit,
-            got,
-        } => ValidationError::Limit {
-            param: to(param),
-            what,
-            limit,
-            got,
-        },
-        ValidationError::ContextLength { param, message } => ValidationError::ContextLength {
-            param: to(param),
-            message,
-        },
-        other => other,
-    }
-}
-
-/// Chat field names as the Responses API calls them.
-pub const NAMES: &[(&str, &str)] = &[
-    ("max_tokens", "max_output_tokens"),
-    ("max_completion_tokens", "max_output_tokens"),
-    ("messages", "input"),
-    ("response_format", "text"),
-];
+/// The Responses names of the chat fields it spells its own way.
+pub const FIELDS: Fields = Fields {
+    messages: "input",
+    max_tokens: "max_output_tokens",
+    stop: "stop",
+    response_format: "text",
+};

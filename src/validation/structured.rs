@@ -5,85 +5,100 @@
 use serde_json::Value;
 use sluice_engine::{Constraint, GrammarSpec, Grammars};
 
-use super::ValidationError;
+use super::{Fields, ValidationError};
 use crate::api::CommonParams;
 use crate::api::structured::ResponseFormat;
 
+/// A field that asks for a constraint: its chat name (in messages) and the name the
+/// client's API gives it (the refusal's `param`).
+#[derive(Clone, Copy)]
+struct Field {
+    name: &'static str,
+    param: &'static str,
+}
+
+impl Field {
+    fn plain(name: &'static str) -> Self {
+        Self { name, param: name }
+    }
+
+    fn invalid(self, message: impl Into<String>) -> ValidationError {
+        ValidationError::invalid(self.param, message)
+    }
+}
+
 /// A JSON Schema given as an object, or as a string holding one.
-fn schema(param: &'static str, v: &Value) -> Result<Value, ValidationError> {
+fn schema(f: Field, v: &Value) -> Result<Value, ValidationError> {
+    let name = f.name;
     let v = match v {
-        Value::String(s) => serde_json::from_str(s)
-            .map_err(|e| ValidationError::invalid(param, format!("`{param}` is not JSON: {e}")))?,
+        Value::String(s) => {
+            serde_json::from_str(s).map_err(|e| f.invalid(format!("`{name}` is not JSON: {e}")))?
+        }
         other => other.clone(),
     };
     match v {
         Value::Object(_) | Value::Bool(_) => Ok(v),
-        _ => Err(ValidationError::invalid(
-            param,
-            format!("`{param}` must be a JSON Schema object"),
-        )),
+        _ => Err(f.invalid(format!("`{name}` must be a JSON Schema object"))),
     }
 }
 
 /// Every constraint the request sets, with the field that set it.
-fn specs(c: &CommonParams) -> Result<Vec<(&'static str, GrammarSpec)>, ValidationError> {
+fn specs(c: &CommonParams, fields: &Fields) -> Result<Vec<(Field, GrammarSpec)>, ValidationError> {
     let mut out = Vec::new();
+    let rf = Field {
+        name: "response_format",
+        param: fields.response_format,
+    };
     match &c.response_format {
         None | Some(ResponseFormat::Text) => {}
-        Some(ResponseFormat::JsonObject) => out.push(("response_format", GrammarSpec::JsonObject)),
+        Some(ResponseFormat::JsonObject) => out.push((rf, GrammarSpec::JsonObject)),
         Some(ResponseFormat::JsonSchema { json_schema }) => {
-            let s = json_schema.schema.as_ref().ok_or_else(|| {
-                ValidationError::invalid(
-                    "response_format",
-                    "`response_format.json_schema.schema` is required",
-                )
-            })?;
-            let s = schema("response_format", s)?;
-            out.push(("response_format", GrammarSpec::JsonSchema(s)));
+            let s = json_schema
+                .schema
+                .as_ref()
+                .ok_or_else(|| rf.invalid("`response_format.json_schema.schema` is required"))?;
+            out.push((rf, GrammarSpec::JsonSchema(schema(rf, s)?)));
         }
     }
     if let Some(so) = &c.structured_outputs {
-        const P: &str = "structured_outputs";
+        let p = Field::plain("structured_outputs");
         if let Some(j) = &so.json {
-            out.push((P, GrammarSpec::JsonSchema(schema(P, j)?)));
+            out.push((p, GrammarSpec::JsonSchema(schema(p, j)?)));
         }
         if let Some(r) = &so.regex {
-            out.push((P, GrammarSpec::Regex(r.clone())));
+            out.push((p, GrammarSpec::Regex(r.clone())));
         }
         if let Some(ch) = &so.choice {
-            out.push((P, choice(P, ch)?));
+            out.push((p, choice(p, ch)?));
         }
         if let Some(g) = &so.grammar {
-            out.push((P, GrammarSpec::Lark(g.clone())));
+            out.push((p, GrammarSpec::Lark(g.clone())));
         }
         if so.json_object == Some(true) {
-            out.push((P, GrammarSpec::JsonObject));
+            out.push((p, GrammarSpec::JsonObject));
         }
     }
     if let Some(j) = &c.guided_json {
-        out.push((
-            "guided_json",
-            GrammarSpec::JsonSchema(schema("guided_json", j)?),
-        ));
+        let p = Field::plain("guided_json");
+        out.push((p, GrammarSpec::JsonSchema(schema(p, j)?)));
     }
     if let Some(r) = &c.guided_regex {
-        out.push(("guided_regex", GrammarSpec::Regex(r.clone())));
+        out.push((Field::plain("guided_regex"), GrammarSpec::Regex(r.clone())));
     }
     if let Some(ch) = &c.guided_choice {
-        out.push(("guided_choice", choice("guided_choice", ch)?));
+        let p = Field::plain("guided_choice");
+        out.push((p, choice(p, ch)?));
     }
     if let Some(g) = &c.guided_grammar {
-        out.push(("guided_grammar", GrammarSpec::Lark(g.clone())));
+        out.push((Field::plain("guided_grammar"), GrammarSpec::Lark(g.clone())));
     }
     Ok(out)
 }
 
-fn choice(param: &'static str, ch: &[String]) -> Result<GrammarSpec, ValidationError> {
+fn choice(f: Field, ch: &[String]) -> Result<GrammarSpec, ValidationError> {
     if ch.is_empty() || ch.iter().any(String::is_empty) {
-        return Err(ValidationError::invalid(
-            param,
-            format!("`{param}` must list at least one non-empty string"),
-        ));
+        let name = f.name;
+        return Err(f.invalid(format!("`{name}` must list at least one non-empty string")));
     }
     Ok(GrammarSpec::Choice(ch.to_vec()))
 }
@@ -92,35 +107,33 @@ fn choice(param: &'static str, ch: &[String]) -> Result<GrammarSpec, ValidationE
 pub(super) fn constraint(
     c: &CommonParams,
     grammars: Option<&Grammars>,
+    fields: &Fields,
 ) -> Result<Option<Constraint>, ValidationError> {
-    let mut all = specs(c)?;
+    let mut all = specs(c, fields)?;
     if all.len() > 1 {
-        let names: Vec<&str> = all.iter().map(|(p, _)| *p).collect();
-        return Err(ValidationError::invalid(
-            all[1].0,
-            format!(
-                "give one output constraint, not several ({})",
-                names.join(", ")
-            ),
-        ));
+        let names: Vec<&str> = all.iter().map(|(f, _)| f.name).collect();
+        return Err(all[1].0.invalid(format!(
+            "give one output constraint, not several ({})",
+            names.join(", ")
+        )));
     }
-    let Some((param, spec)) = all.pop() else {
+    let Some((f, spec)) = all.pop() else {
         return Ok(None);
     };
     let g = grammars.ok_or_else(|| {
-        ValidationError::invalid(
-            param,
-            "structured outputs are not available for this model's tokenizer",
-        )
+        f.invalid("structured outputs are not available for this model's tokenizer")
     })?;
     g.compile(&spec)
         .map(Some)
-        .map_err(|e| ValidationError::invalid(param, format!("invalid `{param}`: {e}")))
+        .map_err(|e| f.invalid(format!("invalid `{}`: {e}", f.name)))
 }
 
-/// The field that asks for an output constraint, if any.
-pub(super) fn field(c: &CommonParams) -> Result<Option<&'static str>, ValidationError> {
-    Ok(specs(c)?.first().map(|(p, _)| *p))
+/// The field that asks for an output constraint, if any: its chat name and the client's.
+pub(super) fn field(
+    c: &CommonParams,
+    fields: &Fields,
+) -> Result<Option<(&'static str, &'static str)>, ValidationError> {
+    Ok(specs(c, fields)?.first().map(|(f, _)| (f.name, f.param)))
 }
 
 /// Fields a grammar cannot honour: it ends the answer itself, with an end token.

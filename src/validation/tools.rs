@@ -26,10 +26,11 @@ fn bad(param: &'static str, m: impl Into<String>) -> ValidationError {
 }
 
 /// The history's assistant calls in template form (arguments as objects), and a check
-/// that every `tool` message answers one of them.
+/// that every `tool` message answers one of them; `param` names the conversation.
 pub(super) fn history(
     msgs: &[WireMessage],
     out: &mut [ChatMessage],
+    param: &'static str,
 ) -> Result<(), ValidationError> {
     let mut ids = HashSet::new();
     for (m, o) in msgs.iter().zip(out.iter_mut()) {
@@ -38,7 +39,7 @@ pub(super) fn history(
             for c in calls {
                 let args: Value = serde_json::from_str(&c.function.arguments).map_err(|e| {
                     bad(
-                        "messages",
+                        param,
                         format!("tool call `{}` has arguments that are not JSON: {e}", c.id),
                     )
                 })?;
@@ -56,11 +57,11 @@ pub(super) fn history(
                 Some(id) if ids.contains(id) => o.tool_call_id = Some(id.clone()),
                 Some(id) => {
                     return Err(bad(
-                        "messages",
+                        param,
                         format!("the tool message for `{id}` answers no earlier tool call"),
                     ));
                 }
-                None => return Err(bad("messages", "a `tool` message needs `tool_call_id`")),
+                None => return Err(bad(param, "a `tool` message needs `tool_call_id`")),
             }
         }
         o.name = m.name.clone();

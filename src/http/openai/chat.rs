@@ -2,22 +2,20 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
-use super::run::{self, ChunkMaker, request_id, token_text};
+use super::stream::{ChunkMaker, Frames};
+use super::{fingerprint, prompt_logprobs, request_id, token_text, want_logprobs};
 use crate::api::tools::{FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta};
 use crate::api::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatLogprobs, ChatMessageOut, ChatRequest,
     ChatResponse, ChatTokenLogprob, GenerationErrors, TopLogprob, Usage,
 };
-use crate::error::ApiError;
-use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
-use crate::tools::ToolStream;
-use crate::tools::parse::{ParsedCall, parse};
+use crate::http::AppState;
+use crate::http::generate::{Api, Choice, route, validate_chat};
+use crate::tools::parse::ParsedCall;
 use crate::tools::stream::Piece;
-use crate::validation;
+use crate::validation::{Fields, Validated, ValidationError};
 use sluice_engine::{Finish, FinishReason, TokenEvent, Tokenizer};
 
 /// Logprobs of `tokens` in the chat format.
@@ -53,10 +51,6 @@ struct Chunks {
     base: ChatChunk,
     choices: usize,
     want_logprobs: bool,
-    /// Per choice, when the request has active tools.
-    tools: Vec<ToolStream>,
-    /// `parallel_tool_calls`: else only the first call is returned.
-    parallel: bool,
 }
 
 /// A response's id for a call.
@@ -110,7 +104,7 @@ impl Chunks {
     /// then the arguments.
     fn call_chunks(&self, index: usize, calls: Vec<(usize, ParsedCall)>) -> Vec<String> {
         let mut out = Vec::new();
-        for (i, c) in calls.into_iter().filter(|(i, _)| self.parallel || *i == 0) {
+        for (i, c) in calls {
             let head = ToolCallDelta {
                 index: i,
                 id: Some(call_id()),
@@ -154,17 +148,10 @@ impl ChunkMaker for Chunks {
             .collect()
     }
 
-    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
-        run::fingerprint(&mut self.base.system_fingerprint, t);
+    fn token(&mut self, index: usize, t: &TokenEvent, piece: Piece) -> Vec<String> {
+        fingerprint(&mut self.base.system_fingerprint, t);
         let lp =
             (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
-        let piece = match self.tools.get_mut(index) {
-            Some(s) => s.push(&t.text),
-            None => Piece {
-                content: t.text.clone(),
-                calls: Vec::new(),
-            },
-        };
         let mut out = Vec::new();
         if !piece.content.is_empty() || lp.is_some() {
             out.push(self.delta(index, Some(piece.content), None, lp, None));
@@ -173,21 +160,13 @@ impl ChunkMaker for Chunks {
         out
     }
 
-    fn done(&mut self, index: usize, f: &Finish) -> Vec<String> {
+    fn done(&mut self, index: usize, f: &Finish, rest: Piece, called: bool) -> Vec<String> {
         let mut out = Vec::new();
-        let mut reason = f.reason.as_str();
-        if let Some(s) = self.tools.get_mut(index) {
-            let piece = s.finish();
-            let called = s.calls() > 0;
-            if !piece.content.is_empty() {
-                out.push(self.delta(index, Some(piece.content), None, None, None));
-            }
-            out.extend(self.call_chunks(index, piece.calls));
-            if called && f.reason == FinishReason::Stop {
-                reason = "tool_calls";
-            }
+        if !rest.content.is_empty() {
+            out.push(self.delta(index, Some(rest.content), None, None, None));
         }
-        out.push(self.delta(index, None, None, None, Some(reason)));
+        out.extend(self.call_chunks(index, rest.calls));
+        out.push(self.delta(index, None, None, None, Some(reason(f, called))));
         out
     }
 
@@ -199,108 +178,90 @@ impl ChunkMaker for Chunks {
     }
 }
 
-/// Answers a conversation, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/chat/completions",
-    operation_id = "create_chat_completion",
-    tag = "openai",
-    request_body = ChatRequest,
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`", body = ChatResponse),
-        GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<ChatRequest>,
-) -> Result<Response, ApiError> {
-    s.check_open()?;
-    let st = s.clone();
-    let v = off_thread(move || {
-        validation::chat(
-            &r,
-            &st.tokenizer,
-            st.grammars.as_deref(),
-            st.tool_parser,
-            &st.limits,
-            &st.model_name,
-        )
-    })
-    .await?;
-    let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
-    let streams = run::submit(&s.engine, v.requests.clone())?;
-    let id = request_id("chatcmpl");
-    let created = crate::http::unix_now();
-    let version = s.engine.weights_version().to_string();
-    if v.stream {
-        let maker = Chunks {
+/// `tool_calls` when the answer stopped after calling, else how it ended.
+fn reason(f: &Finish, called: bool) -> &'static str {
+    match f.reason {
+        FinishReason::Stop if called => "tool_calls",
+        r => r.as_str(),
+    }
+}
+
+/// A chat answer as it starts: its id, time and weights.
+struct Chat {
+    id: String,
+    created: u64,
+    fingerprint: String,
+}
+
+impl Api for Chat {
+    type Request = ChatRequest;
+    type Events = Frames<Chunks>;
+
+    fn validate(r: &ChatRequest, s: &AppState) -> Result<Validated, ValidationError> {
+        validate_chat(r, &Fields::OPENAI, s)
+    }
+
+    fn start(_: ChatRequest, _: &Validated, s: &AppState) -> Self {
+        Chat {
+            id: request_id("chatcmpl"),
+            created: crate::http::unix_now(),
+            fingerprint: s.engine.weights_version().to_string(),
+        }
+    }
+
+    fn events(self, v: &Validated, s: &AppState) -> Frames<Chunks> {
+        let chunks = Chunks {
             tok: s.tokenizer.clone(),
             base: ChatChunk {
-                id,
+                id: self.id,
                 object: "chat.completion.chunk",
-                created,
+                created: self.created,
                 model: s.model_name.to_string(),
-                system_fingerprint: version,
+                system_fingerprint: self.fingerprint,
                 choices: Vec::new(),
                 usage: None,
             },
-            choices: streams.len(),
-            want_logprobs,
-            tools: match v.tool_format {
-                Some(f) => (0..streams.len())
-                    .map(|_| ToolStream::new(f, v.tool_names.clone()))
-                    .collect(),
-                None => Vec::new(),
-            },
-            parallel: v.tool_parallel,
+            choices: v.requests.len(),
+            want_logprobs: want_logprobs(v),
         };
-        let shutdown = s.deadline.subscribe();
-        return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
+        Frames::new(chunks, v.include_usage)
     }
-    let choices = run::collect(streams, s.deadline.subscribe()).await?;
-    let finishes = run::finishes(&choices);
-    run::log_summary(&finishes, v.n);
-    let mut resp = ChatResponse {
-        id,
-        object: "chat.completion",
-        created,
-        model: s.model_name.to_string(),
-        system_fingerprint: version,
-        choices: Vec::new(),
-        usage: run::usage(finishes.into_iter(), v.n),
-        prompt_logprobs: v.prompt_logprobs.and_then(|k| {
-            let first = choices.first()?;
-            Some(run::prompt_logprobs(&s.tokenizer, &first.prompt, k))
-        }),
-    };
-    for (index, c) in choices.into_iter().enumerate() {
-        resp.system_fingerprint = c.finish.weights_version.clone();
-        let mut reason = c.finish.reason.as_str();
-        let (content, calls) = match v.tool_format {
-            Some(f) => {
-                let mut p = parse(f, &c.text, &v.tool_names);
-                if !v.tool_parallel {
-                    p.calls.truncate(1);
-                }
-                if !p.calls.is_empty() && c.finish.reason == FinishReason::Stop {
-                    reason = "tool_calls";
-                }
-                let content = (!p.content.is_empty() || p.calls.is_empty()).then_some(p.content);
-                (content, (!p.calls.is_empty()).then(|| tool_calls(p.calls)))
-            }
-            None => (Some(c.text), None),
+
+    fn answer(self, v: &Validated, choices: Vec<Choice>, usage: Usage, s: &AppState) -> Response {
+        let mut resp = ChatResponse {
+            id: self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: s.model_name.to_string(),
+            system_fingerprint: self.fingerprint,
+            choices: Vec::new(),
+            usage,
+            prompt_logprobs: v.prompt_logprobs.and_then(|k| {
+                let first = choices.first()?;
+                Some(prompt_logprobs(&s.tokenizer, &first.prompt, k))
+            }),
         };
-        resp.choices.push(ChatChoice {
-            index,
-            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, &c.tokens)),
-            message: ChatMessageOut {
-                role: "assistant",
-                content,
-                tool_calls: calls,
-            },
-            finish_reason: Some(reason),
-        });
+        for (index, c) in choices.into_iter().enumerate() {
+            resp.system_fingerprint = c.finish.weights_version.clone();
+            let called = !c.calls.is_empty();
+            resp.choices.push(ChatChoice {
+                index,
+                logprobs: want_logprobs(v).then(|| logprobs(&s.tokenizer, &c.tokens)),
+                message: ChatMessageOut {
+                    role: "assistant",
+                    content: (!c.text.is_empty() || !called).then_some(c.text),
+                    tool_calls: called.then(|| tool_calls(c.calls)),
+                },
+                finish_reason: Some(reason(&c.finish, called)),
+            });
+        }
+        axum::Json(resp).into_response()
     }
-    Ok(axum::Json(resp).into_response())
+}
+
+route! {
+    /// Answers a conversation, whole or streamed.
+    Chat: post "/v1/chat/completions", operation_id "create_chat_completion", tag "openai",
+    ChatRequest => ChatResponse: "The answer; with `stream: true`, `text/event-stream` `ChatChunk`s, then `data: [DONE]`",
+    GenerationErrors
 }

@@ -3,18 +3,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
-use super::run::{self, ChunkMaker, request_id, token_text};
+use super::stream::{ChunkMaker, Frames};
+use super::{fingerprint, prompt_logprobs, request_id, token_text, want_logprobs};
 use crate::api::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, GenerationErrors,
     Usage,
 };
-use crate::error::ApiError;
-use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
-use crate::validation;
+use crate::http::AppState;
+use crate::http::generate::{Api, Choice, route};
+use crate::tools::stream::Piece;
+use crate::validation::{self, Validated, ValidationError};
 use sluice_engine::{Finish, PromptToken, TokenEvent, Tokenizer};
 
 /// Logprobs in the completions format: the scored prompt's tokens (under `echo`; the
@@ -106,7 +106,7 @@ impl ChunkMaker for Chunks {
                 finish_reason: None,
                 prompt_logprobs: self
                     .prompt_logprobs
-                    .map(|k| run::prompt_logprobs(&self.tok, p, k)),
+                    .map(|k| prompt_logprobs(&self.tok, p, k)),
             }),
         ]
     }
@@ -125,8 +125,8 @@ impl ChunkMaker for Chunks {
         v
     }
 
-    fn token(&mut self, index: usize, t: &TokenEvent) -> Vec<String> {
-        run::fingerprint(&mut self.base.system_fingerprint, t);
+    fn token(&mut self, index: usize, t: &TokenEvent, _: Piece) -> Vec<String> {
+        fingerprint(&mut self.base.system_fingerprint, t);
         let lp = self.want_logprobs.then(|| {
             let off = self.offsets.entry(index).or_default();
             let lp = logprobs(&self.tok, &[], std::slice::from_ref(t), *off);
@@ -141,7 +141,7 @@ impl ChunkMaker for Chunks {
         vec![self.chunk(index, t.text.clone(), lp, None)]
     }
 
-    fn done(&mut self, index: usize, f: &Finish) -> Vec<String> {
+    fn done(&mut self, index: usize, f: &Finish, _: Piece, _: bool) -> Vec<String> {
         vec![self.chunk(index, String::new(), None, Some(f.reason.as_str()))]
     }
 
@@ -153,89 +153,128 @@ impl ChunkMaker for Chunks {
     }
 }
 
-/// Generates completions for one or more prompts, whole or streamed.
-#[utoipa::path(
-    post,
-    path = "/v1/completions",
-    operation_id = "create_completion",
-    tag = "openai",
-    request_body = CompletionRequest,
-    responses(
-        (status = 200, description = "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`", body = CompletionResponse),
-        GenerationErrors,
-    )
-)]
-pub async fn handle(
-    State(s): State<AppState>,
-    Json(r): Json<CompletionRequest>,
-) -> Result<Response, ApiError> {
-    s.check_open()?;
-    let st = s.clone();
-    let v = off_thread(move || {
+/// `best_of`: of each prompt's `copies` choices (laid out `prompt * copies + i`), the `n`
+/// with the highest total log-probability, best first.
+fn best_of(choices: Vec<Choice>, copies: usize, n: usize) -> Vec<Choice> {
+    let mut out = Vec::new();
+    let mut rest = choices.into_iter();
+    loop {
+        let mut group: Vec<Choice> = rest.by_ref().take(copies).collect();
+        if group.is_empty() {
+            return out;
+        }
+        // Computed for every token of a `best_of` request (`rank_by_logprob`).
+        let total = |c: &Choice| {
+            c.tokens
+                .iter()
+                .map(|t| t.logprob.map_or(f64::NEG_INFINITY, f64::from))
+                .sum::<f64>()
+        };
+        group.sort_by(|a, b| total(b).total_cmp(&total(a)));
+        out.extend(group.into_iter().take(n));
+    }
+}
+
+/// A beam search's hypotheses as choices: each prompt's `n` best, in order.
+fn beam_choices(choices: Vec<Choice>) -> Vec<Choice> {
+    let mut out = Vec::new();
+    for c in choices {
+        for b in &c.beams {
+            let mut finish = c.finish.clone();
+            finish.reason = b.reason;
+            finish.completion_tokens = b.tokens.len();
+            out.push(Choice {
+                text: b.text.clone(),
+                calls: Vec::new(),
+                tokens: b.tokens.clone(),
+                finish,
+                prompt: c.prompt.clone(),
+                beams: Vec::new(),
+            });
+        }
+    }
+    out
+}
+
+/// A completion as it starts: the response every chunk and the whole answer copy.
+struct Completions(CompletionResponse);
+
+impl Api for Completions {
+    type Request = CompletionRequest;
+    type Events = Frames<Chunks>;
+
+    fn validate(r: &CompletionRequest, s: &AppState) -> Result<Validated, ValidationError> {
         validation::completion(
-            &r,
-            &st.tokenizer,
-            st.grammars.as_deref(),
-            &st.limits,
-            &st.model_name,
+            r,
+            &s.tokenizer,
+            s.grammars.as_deref(),
+            &s.limits,
+            &s.model_name,
         )
-    })
-    .await?;
-    let streams = run::submit(&s.engine, v.requests.clone())?;
-    let mut base = CompletionResponse {
-        id: request_id("cmpl"),
-        object: "text_completion",
-        created: crate::http::unix_now(),
-        model: s.model_name.to_string(),
-        system_fingerprint: s.engine.weights_version().to_string(),
-        choices: Vec::new(),
-        usage: None,
-    };
-    let want_logprobs = v.requests.first().is_some_and(|r| r.logprobs.is_some());
-    if v.stream {
-        let maker = Chunks {
+    }
+
+    fn start(_: CompletionRequest, _: &Validated, s: &AppState) -> Self {
+        Completions(CompletionResponse {
+            id: request_id("cmpl"),
+            object: "text_completion",
+            created: crate::http::unix_now(),
+            model: s.model_name.to_string(),
+            system_fingerprint: s.engine.weights_version().to_string(),
+            choices: Vec::new(),
+            usage: None,
+        })
+    }
+
+    fn events(self, v: &Validated, s: &AppState) -> Frames<Chunks> {
+        let chunks = Chunks {
             tok: s.tokenizer.clone(),
-            base,
+            base: self.0,
             echo: if v.echo {
                 v.prompt_texts.clone()
             } else {
                 Vec::new()
             },
             n: v.n,
-            want_logprobs,
+            want_logprobs: want_logprobs(v),
             prompt_logprobs: v.prompt_logprobs,
             offsets: HashMap::new(),
         };
-        let shutdown = s.deadline.subscribe();
-        return Ok(run::sse(streams, maker, v.n, v.include_usage, shutdown).into_response());
+        Frames::new(chunks, v.include_usage)
     }
-    let choices = run::collect(streams, s.deadline.subscribe()).await?;
-    let copies = if v.beam { 1 } else { v.best_of.unwrap_or(v.n) };
-    let finishes = run::finishes(&choices);
-    run::log_summary(&finishes, copies);
-    base.usage = Some(run::usage(finishes.into_iter(), copies));
-    let choices = match v.best_of {
-        Some(b) => run::best_of(choices, b, v.n),
-        None if v.beam => run::beam_choices(choices),
-        None => choices,
-    };
-    for (i, c) in choices.iter().enumerate() {
-        base.system_fingerprint = c.finish.weights_version.clone();
-        let prefix = if v.echo {
-            v.prompt_texts[i / v.n].clone()
-        } else {
-            String::new()
+
+    fn answer(self, v: &Validated, choices: Vec<Choice>, usage: Usage, s: &AppState) -> Response {
+        let mut base = self.0;
+        base.usage = Some(usage);
+        let choices = match v.best_of {
+            Some(b) => best_of(choices, b, v.n),
+            None if v.beam => beam_choices(choices),
+            None => choices,
         };
-        let scored: &[PromptToken] = if v.echo { &c.prompt } else { &[] };
-        base.choices.push(CompletionChoice {
-            index: i,
-            logprobs: want_logprobs.then(|| logprobs(&s.tokenizer, scored, &c.tokens, 0)),
-            text: prefix + &c.text,
-            finish_reason: Some(c.finish.reason.as_str()),
-            prompt_logprobs: v
-                .prompt_logprobs
-                .map(|k| run::prompt_logprobs(&s.tokenizer, &c.prompt, k)),
-        });
+        for (i, c) in choices.iter().enumerate() {
+            base.system_fingerprint = c.finish.weights_version.clone();
+            let prefix = if v.echo {
+                v.prompt_texts[i / v.n].clone()
+            } else {
+                String::new()
+            };
+            let scored: &[PromptToken] = if v.echo { &c.prompt } else { &[] };
+            base.choices.push(CompletionChoice {
+                index: i,
+                logprobs: want_logprobs(v).then(|| logprobs(&s.tokenizer, scored, &c.tokens, 0)),
+                text: prefix + &c.text,
+                finish_reason: Some(c.finish.reason.as_str()),
+                prompt_logprobs: v
+                    .prompt_logprobs
+                    .map(|k| prompt_logprobs(&s.tokenizer, &c.prompt, k)),
+            });
+        }
+        axum::Json(base).into_response()
     }
-    Ok(axum::Json(base).into_response())
+}
+
+route! {
+    /// Generates completions for one or more prompts, whole or streamed.
+    Completions: post "/v1/completions", operation_id "create_completion", tag "openai",
+    CompletionRequest => CompletionResponse: "The completion; with `stream: true`, `text/event-stream` chunks of the same shape, then `data: [DONE]`",
+    GenerationErrors
 }

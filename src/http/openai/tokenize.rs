@@ -9,7 +9,7 @@ use crate::api::{
 use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
-use crate::validation::{ValidationError, check_model, messages};
+use crate::validation::{Fields, ValidationError, check_model, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.
 #[utoipa::path(
@@ -28,7 +28,9 @@ pub async fn tokenize(
     off_thread(move || {
         let text = match (&r.prompt, &r.messages) {
             (Some(p), None) => p.clone(),
-            (None, Some(m)) => st.tokenizer.apply_chat_template(&messages(m)?)?,
+            (None, Some(m)) => st
+                .tokenizer
+                .apply_chat_template(&messages(m, Fields::OPENAI.messages)?)?,
             _ => {
                 return Err(ValidationError::invalid(
                     "prompt",

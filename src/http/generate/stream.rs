@@ -1,0 +1,139 @@
+//! The SSE pump of a streamed answer: engine events in, through each choice's tool
+//! reader, out as the API's events.
+
+use std::convert::Infallible;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use sluice_engine::{EngineError, Event, EventStream, Finish, PromptToken, TokenEvent};
+use tokio::sync::watch;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+use super::{deadline, log_summary, usage};
+use crate::api::Usage;
+use crate::error::ApiError;
+use crate::tools::stream::Piece;
+use crate::validation::Validated;
+
+/// What a streaming API sends for each engine event, as whole SSE events (named or not).
+pub trait EventMaker: Send + 'static {
+    /// Events sent before any token.
+    fn start(&mut self) -> Vec<SseEvent>;
+    /// Events for the scored prompt of choice `index`.
+    fn prompt(&mut self, _index: usize, _p: &[PromptToken]) -> Vec<SseEvent> {
+        Vec::new()
+    }
+    /// Events for a token of choice `index`; `piece` is what its text turns into: the
+    /// text itself, or, when the request has tools, the content and the calls completed.
+    fn token(&mut self, index: usize, t: &TokenEvent, piece: Piece) -> Vec<SseEvent>;
+    /// Events closing choice `index`: `rest` is what the tool reader still held, `called`
+    /// whether the choice made any call.
+    fn done(&mut self, index: usize, f: &Finish, rest: Piece, called: bool) -> Vec<SseEvent>;
+    /// Events after every choice finished, given the totals.
+    fn end(&mut self, u: Usage) -> Vec<SseEvent>;
+    /// The events sent when the request fails mid-stream; the stream then ends.
+    fn error(&mut self, e: ApiError) -> Vec<SseEvent>;
+}
+
+/// A named event whose data is `head`'s fields, then `body`'s (both JSON objects).
+pub fn named_event(kind: &str, mut head: Value, body: Value) -> SseEvent {
+    if let (Some(m), Value::Object(fields)) = (head.as_object_mut(), body) {
+        m.extend(fields);
+    }
+    SseEvent::default().event(kind).data(head.to_string())
+}
+
+/// Streams every choice as the maker's SSE events. An engine error, or the shutdown
+/// deadline, becomes the maker's error events, then the stream ends. When the client
+/// goes away the pump stops and drops the event streams, cancelling the requests.
+pub(super) fn sse<M: EventMaker>(
+    streams: Vec<EventStream>,
+    mut maker: M,
+    v: &Validated,
+    shutdown: watch::Receiver<bool>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>> + use<M>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
+    let span = tracing::Span::current();
+    let n = v.n;
+    let mut tools: Vec<_> = match &v.tools {
+        Some(reader) => streams.iter().map(|_| reader.stream()).collect(),
+        None => Vec::new(),
+    };
+    tokio::spawn(
+        async move {
+            let total = streams.len();
+            let mut merged = futures::stream::select_all(
+                streams
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, s)| ReceiverStream::new(s).map(move |e| (i, e))),
+            );
+            for c in maker.start() {
+                if tx.send(c).await.is_err() {
+                    return;
+                }
+            }
+            let mut finishes = Vec::new();
+            let shutdown = deadline(shutdown);
+            tokio::pin!(shutdown);
+            while finishes.len() < total {
+                let next = tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = &mut shutdown => Some((0, Event::Error(EngineError::ShuttingDown))),
+                    next = merged.next() => next,
+                };
+                let chunks = match next {
+                    Some((i, Event::Prompt(p))) => maker.prompt(i, &p),
+                    // Beam searches are never streamed (validation refuses it).
+                    Some((_, Event::Beams(_))) => Vec::new(),
+                    Some((i, Event::Token(t))) => {
+                        let piece = match tools.get_mut(i) {
+                            Some(s) => s.push(&t.text),
+                            None => Piece {
+                                content: t.text.clone(),
+                                calls: Vec::new(),
+                            },
+                        };
+                        maker.token(i, &t, piece)
+                    }
+                    Some((i, Event::Done(f))) => {
+                        let (rest, called) = match tools.get_mut(i) {
+                            Some(s) => (s.finish(), s.calls() > 0),
+                            None => (Piece::default(), false),
+                        };
+                        let c = maker.done(i, &f, rest, called);
+                        finishes.push((i, f));
+                        c
+                    }
+                    Some((_, Event::Error(e))) => {
+                        for c in maker.error(e.into()) {
+                            let _ = tx.send(c).await;
+                        }
+                        return;
+                    }
+                    None => {
+                        for c in maker.error(EngineError::Died.into()) {
+                            let _ = tx.send(c).await;
+                        }
+                        return;
+                    }
+                };
+                for c in chunks {
+                    if tx.send(c).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            log_summary(&finishes, n);
+            for c in maker.end(usage(finishes.into_iter(), n)) {
+                if tx.send(c).await.is_err() {
+                    return;
+                }
+            }
+        }
+        .instrument(span),
+    );
+    Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default())
+}
