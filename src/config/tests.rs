@@ -1,4 +1,4 @@
-//! Unit tests of `config.rs`: flag ranges and where the values land.
+//! Unit tests of `config/mod.rs`: flag ranges and where the values land.
 
 use clap::Parser;
 

@@ -1,4 +1,4 @@
-//! Unit tests of `sampling.rs`: the draw against a full sort, seeds, top-k ties, penalties.
+//! Unit tests of `sampling/mod.rs`: the draw against a full sort, seeds, top-k ties, penalties.
 
 use super::*;
 
