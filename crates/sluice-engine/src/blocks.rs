@@ -105,7 +105,10 @@ impl BlockPool {
         if self.refs[i] == 0 {
             let (t, d) = self.stamp[i];
             let was_idle = self.idle.remove(&(t, Reverse(d), b));
-            assert!(was_idle, "retaining block {b}, which is neither held nor cached");
+            assert!(
+                was_idle,
+                "retaining block {b}, which is neither held nor cached"
+            );
         }
         self.refs[i] += 1;
     }
@@ -114,7 +117,10 @@ impl BlockPool {
     /// block nobody holds stays in the cache, idle, if it is cached, else it is free.
     pub fn release(&mut self, b: u32, now: u64, depth: usize) {
         let i = b as usize;
-        assert!(self.refs[i] > 0, "releasing block {b}, which no table holds");
+        assert!(
+            self.refs[i] > 0,
+            "releasing block {b}, which no table holds"
+        );
         self.refs[i] -= 1;
         if self.refs[i] > 0 {
             return;
@@ -137,7 +143,9 @@ impl BlockPool {
             let Some(&b) = self.index.get(&key) else {
                 break;
             };
-            parent = self.cached[b as usize].expect("indexed blocks are cached").1;
+            parent = self.cached[b as usize]
+                .expect("indexed blocks are cached")
+                .1;
             out.push(b);
         }
         out
@@ -148,7 +156,10 @@ impl BlockPool {
     /// not cached (the chain is broken), when `b` already is, or when another block
     /// already holds this prefix (the first stays; `b` remains private).
     pub fn publish(&mut self, b: u32, parent: Option<u32>, tokens: &[u32]) {
-        assert!(self.refs[b as usize] > 0, "publishing block {b}, which no table holds");
+        assert!(
+            self.refs[b as usize] > 0,
+            "publishing block {b}, which no table holds"
+        );
         let parent = match parent {
             None => 0,
             Some(p) => match self.cached[p as usize] {
@@ -170,7 +181,10 @@ impl BlockPool {
 
     /// Removes held block `b` from the cache (its holder is about to write into it).
     pub fn unpublish(&mut self, b: u32) {
-        assert!(self.refs[b as usize] > 0, "unpublishing block {b}, which no table holds");
+        assert!(
+            self.refs[b as usize] > 0,
+            "unpublishing block {b}, which no table holds"
+        );
         self.uncache(b);
     }
 
@@ -225,7 +239,10 @@ mod tests {
         pool.retain(0);
         pool.release(0, 1, 0);
         assert_eq!(pool.refs(0), 1);
-        assert_eq!((pool.allocate(), pool.allocate(), pool.allocate()), (Some(2), Some(3), None));
+        assert_eq!(
+            (pool.allocate(), pool.allocate(), pool.allocate()),
+            (Some(2), Some(3), None)
+        );
     }
 
     #[test]

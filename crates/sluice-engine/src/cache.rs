@@ -106,7 +106,10 @@ impl KvCache {
     /// Starts `slot`'s table (empty) with the cached blocks holding `tokens` from the start,
     /// at most `most` positions (`use_cache` false: none). Returns the positions reused.
     pub fn start(&mut self, slot: usize, tokens: &[u32], most: usize, use_cache: bool) -> usize {
-        assert!(self.slab.table(slot).is_empty(), "slot {slot} starts with blocks");
+        assert!(
+            self.slab.table(slot).is_empty(),
+            "slot {slot} starts with blocks"
+        );
         self.slot_epoch[slot] = self.epoch;
         let hits = if use_cache {
             self.pool.lookup(tokens, most / KEY_BLOCK)
@@ -267,7 +270,10 @@ mod tests {
         // Slot 1 writes position 19: block 1 is copied first; slot 0 keeps its value.
         c.reserve(1, 19, 20).unwrap();
         put(&mut c, 1, 19, -1.0);
-        assert_eq!((get(&c, 0, 19), get(&c, 1, 19), get(&c, 1, 18)), (19.0, -1.0, 18.0));
+        assert_eq!(
+            (get(&c, 0, 19), get(&c, 1, 19), get(&c, 1, 18)),
+            (19.0, -1.0, 18.0)
+        );
         assert_eq!(c.slab.table(0)[0], c.slab.table(1)[0]);
         assert_ne!(c.slab.table(0)[1], c.slab.table(1)[1]);
         assert_eq!(c.used(), 3);

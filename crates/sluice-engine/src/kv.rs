@@ -78,7 +78,7 @@ pub struct HeadView<'a> {
     pub keys: &'a [f16],
     /// Values: block `t` at `values[t * block_stride..]`, `[16][head_dim]`.
     pub values: &'a [f16],
-    /// The slot's block table.
+    /// The slot's block table (at least the blocks of the positions read).
     pub table: &'a [u32],
     /// Elements from one block to the next.
     pub block_stride: usize,
@@ -194,7 +194,9 @@ impl KvSlab {
         let mut next = 0;
         for g in groups {
             let block = at[g[0]].0;
-            let region = regions.nth(block - next).expect("a row's block is in the pool");
+            let region = regions
+                .nth(block - next)
+                .expect("a row's block is in the pool");
             next = block + 1;
             work.push((g, region));
         }
@@ -207,16 +209,21 @@ impl KvSlab {
         });
     }
 
-    /// One slot and head of a layer, for attention over its first `len` positions.
+    /// One slot and head of a layer, for attention over its first `len` positions (the
+    /// whole table: rows of one slot at different lengths share it, as a tile needs).
     pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> HeadView<'_> {
         let table = &self.tables[slot];
         let used = len.div_ceil(KEY_BLOCK);
-        assert!(used <= table.len(), "slot {slot}: {len} positions, {} blocks", table.len());
+        assert!(
+            used <= table.len(),
+            "slot {slot}: {len} positions, {} blocks",
+            table.len()
+        );
         let o = head * KEY_BLOCK * self.head_dim;
         HeadView {
             keys: &self.keys[layer][o..],
             values: &self.values[layer][o..],
-            table: &table[..used],
+            table,
             block_stride: self.block_stride(),
         }
     }

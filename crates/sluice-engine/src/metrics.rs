@@ -304,7 +304,11 @@ impl Metrics {
             slots_used: gauge(&r, SLOTS_USED, "KV slots in use."),
             slots_total: gauge(&r, SLOTS_CAPACITY, "Most sequences running at once."),
             kv_usage,
-            kv_blocks_total: gauge(&r, KV_BLOCKS_CAPACITY, "Blocks of 16 positions in the KV pool."),
+            kv_blocks_total: gauge(
+                &r,
+                KV_BLOCKS_CAPACITY,
+                "Blocks of 16 positions in the KV pool.",
+            ),
             kv_blocks_used: gauge(&r, KV_BLOCKS_USED, "KV blocks held by running sequences."),
             kv_blocks_cached: gauge(&r, KV_BLOCKS_CACHED, "KV blocks in the prefix cache."),
             kv_evictions: counter(&r, KV_EVICTIONS_TOTAL, "Idle cached KV blocks evicted."),

@@ -104,7 +104,11 @@ mod tests {
     use super::*;
 
     fn pool(n: usize) -> SlotPool {
-        SlotPool::new(n, Rc::new(RefCell::new(KvCache::new(1, 1, 4, n, 4))), Arc::default())
+        SlotPool::new(
+            n,
+            Rc::new(RefCell::new(KvCache::new(1, 1, 4, n, 4))),
+            Arc::default(),
+        )
     }
 
     #[test]

@@ -87,9 +87,15 @@ pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: us
                 .filter(|&i| !gone[i] && !needs[i].parked && needs[i].decode > 0)
                 .collect()
         };
-        let want: usize = decoding(&gone).iter().map(|&i| needs[i].decode_blocks).sum();
+        let want: usize = decoding(&gone)
+            .iter()
+            .map(|&i| needs[i].decode_blocks)
+            .sum();
         if want > avail {
-            let keep = decoding(&gone).first().copied().filter(|_| spare(&gone).is_some());
+            let keep = decoding(&gone)
+                .first()
+                .copied()
+                .filter(|_| spare(&gone).is_some());
             if preempt_newest(&mut gone, &mut avail, keep) {
                 continue;
             }
@@ -171,7 +177,11 @@ mod tests {
 
     #[test]
     fn decode_rows_go_first_and_prompts_take_the_rest_of_the_budget() {
-        let needs = [decoding(20, 2, 2), prefilling(0, 100, 0), prefilling(0, 100, 0)];
+        let needs = [
+            decoding(20, 2, 2),
+            prefilling(0, 100, 0),
+            prefilling(0, 100, 0),
+        ];
         let p = plan_step(&needs, 100, 64, 0);
         assert_eq!(p.rows, vec![1, 63, 0]);
         assert!(p.preempt.is_empty());

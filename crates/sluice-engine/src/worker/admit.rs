@@ -89,8 +89,7 @@ impl Worker {
             if !self.uses_cache(req) || !self.config.prefix_reuse || s.computed >= useful {
                 return false;
             }
-            let have =
-                *cached.get_or_insert_with(|| self.cache.borrow().lookup(&req.prompt, most));
+            let have = *cached.get_or_insert_with(|| self.cache.borrow().lookup(&req.prompt, most));
             useful > have
         })
     }
@@ -117,10 +116,7 @@ impl Worker {
                 return false;
             }
             let slot = s.lease.slot();
-            let reused = self
-                .cache
-                .borrow_mut()
-                .start(slot, &tokens, end, use_cache);
+            let reused = self.cache.borrow_mut().start(slot, &tokens, end, use_cache);
             let s = &mut self.running[i];
             s.computed = reused;
             s.parked = false;
@@ -155,7 +151,7 @@ impl Worker {
                     let q = self.queue.remove(open[0]).expect("an open entry");
                     let submitted = q.submitted;
                     if let Err(q) = self.start(q) {
-                        self.queue.insert(open[0], q);
+                        self.queue.insert(open[0], *q);
                         return;
                     }
                     self.metrics
@@ -195,7 +191,7 @@ impl Worker {
                 let (len, submitted) = (q.req.prompt.len(), q.submitted);
                 if let Err(q) = self.start(q) {
                     full = true;
-                    back.push(q);
+                    back.push(*q);
                     continue;
                 }
                 self.shared.prefill_tokens.fetch_add(len, Ordering::SeqCst);
@@ -225,7 +221,7 @@ impl Worker {
     /// Starts `q` in the lowest free slot: its table shares a sibling's prompt blocks
     /// (same share key, prompt done) or begins with the cached prefix of its prompt.
     /// Gives `q` back when the pool has too few blocks for the rest of its prompt.
-    fn start(&mut self, q: Queued) -> Result<(), Queued> {
+    fn start(&mut self, q: Queued) -> Result<(), Box<Queued>> {
         let len = q.req.prompt.len();
         let most = len - 1;
         let use_cache = self.uses_cache(&q.req);
@@ -240,7 +236,12 @@ impl Worker {
                     && !s.is_prefilling()
                     && s.beams.is_none()
             })
-            .map(|s| (common_prefix(&q.req.prompt, &s.req.prompt).min(most), s.lease.slot()))
+            .map(|s| {
+                (
+                    common_prefix(&q.req.prompt, &s.req.prompt).min(most),
+                    s.lease.slot(),
+                )
+            })
             .filter(|&(n, _)| n >= self.config.min_prefix_reuse.max(1))
             .max_by_key(|&(n, _)| n);
         let hit = if use_cache {
@@ -265,7 +266,7 @@ impl Worker {
             0
         };
         if need + (width - 1) + reserve > self.spare_blocks() {
-            return Err(q);
+            return Err(Box::new(q));
         }
         if crate::failpoint::enabled("engine-panic") {
             crate::failpoint::check(
@@ -273,7 +274,11 @@ impl Worker {
                 &self.tok.decode(&q.req.prompt).unwrap_or_default(),
             );
         }
-        let slot = *self.pool.free_slots().first().expect("plan() picks free slots");
+        let slot = *self
+            .pool
+            .free_slots()
+            .first()
+            .expect("plan() picks free slots");
         let lease = self.pool.lease_slot(slot).expect("a free slot");
         let mut cache = self.cache.borrow_mut();
         let reused = match sibling {

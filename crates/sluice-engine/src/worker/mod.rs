@@ -17,9 +17,9 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cache::KvCache;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::cache::KvCache;
 use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::protocol::{Command, EventSender, Queued, Shared};
@@ -73,7 +73,9 @@ impl Worker {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        shared.kv_base.store(cache.slab.base_ptr(), Ordering::SeqCst);
+        shared
+            .kv_base
+            .store(cache.slab.base_ptr(), Ordering::SeqCst);
         metrics.weights_version.set(1);
         metrics.kv_blocks_total.set(cache.total() as i64);
         let mut cache = cache;

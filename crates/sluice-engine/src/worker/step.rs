@@ -117,10 +117,7 @@ impl Worker {
         }
         self.tick += 1;
         self.cache.borrow_mut().now = self.tick;
-        let decoding_now = self
-            .running
-            .iter()
-            .any(|s| !s.parked && !s.is_prefilling());
+        let decoding_now = self.running.iter().any(|s| !s.parked && !s.is_prefilling());
         // Rows late in a prompt weigh more only to keep the decoding streams' steps short;
         // with none decoding, nothing waits on this step: a prompt row is one token.
         let break_even = if decoding_now {
@@ -349,9 +346,7 @@ impl Worker {
             .collect();
         if work.is_empty() {
             let mut cache = self.cache.borrow_mut();
-            return self
-                .model
-                .forward_into(&mut cache.slab, rows, want, logits);
+            return self.model.forward_into(&mut cache.slab, rows, want, logits);
         }
         let mut cache = self.cache.borrow_mut();
         let (model, kv, metrics) = (&self.model, &mut cache.slab, &self.metrics);

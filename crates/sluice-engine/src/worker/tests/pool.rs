@@ -46,7 +46,10 @@ fn preempted_sequences_resume_with_the_tokens_they_would_have_given() {
         assert_eq!(drain(rx).0, summed(p, 3, 40));
     }
     wait_idle(&h.e);
-    assert!(h.e.metrics().preemptions.get() > 0, "the pool was too small");
+    assert!(
+        h.e.metrics().preemptions.get() > 0,
+        "the pool was too small"
+    );
     assert_eq!(h.e.kv_blocks_used(), 0);
 }
 
@@ -73,7 +76,10 @@ fn the_choices_of_n_hold_the_prompt_once_and_copy_only_the_shared_partial_block(
     assert_eq!(h.e.kv_blocks_used(), 0);
     let calls = h.calls.lock().unwrap();
     let prompt_rows = calls.iter().flatten().filter(|r| r.pos < 39).count();
-    assert_eq!(prompt_rows, 39, "the prompt's shared positions were computed once");
+    assert_eq!(
+        prompt_rows, 39,
+        "the prompt's shared positions were computed once"
+    );
 }
 
 #[test]
@@ -95,7 +101,11 @@ fn requests_arriving_together_with_one_prefix_compute_it_once() {
     let calls = h.calls.lock().unwrap();
     // Positions 0..32 (two whole blocks) of the system prompt were computed once.
     let rows: Vec<&TokenRow> = calls.iter().flatten().filter(|r| r.pos < 32).collect();
-    assert_eq!(rows.len(), 32 + 2, "one prompt's 32, and the blocker's two rows");
+    assert_eq!(
+        rows.len(),
+        32 + 2,
+        "one prompt's 32, and the blocker's two rows"
+    );
     let m = h.e.metrics();
     assert_eq!(m.prefix_hits.get(), 2 * 32);
     assert_eq!(h.e.kv_blocks_used(), 0);
