@@ -42,9 +42,11 @@ impl Worker {
         self.config.max_batch_tokens.saturating_sub(taken)
     }
 
-    /// Whether `req` may look up the prefix cache.
+    /// Whether `req` may look up the prefix cache. The choices of one request (a share
+    /// key) may even without the prompt cache: their siblings' blocks are their own prompt.
     fn uses_cache(&self, req: &ValidRequest) -> bool {
-        self.config.prefix_reuse && req.cache_prompt && req.prompt_logprobs.is_none()
+        let allowed = self.config.prefix_reuse && (req.cache_prompt || req.share.is_some());
+        allowed && req.prompt_logprobs.is_none()
     }
 
     /// Blocks the pool can still give to new work: available ones, less those the running

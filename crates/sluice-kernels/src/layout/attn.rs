@@ -39,6 +39,7 @@ pub struct Attn<'a> {
     /// `values[table[p/16] as usize * block_stride + (p % 16) * hd]`.
     pub values: &'a [f16],
     /// Pool block of each 16 positions of the sequence (at least `len.div_ceil(16)` entries).
+    /// Entries of blocks wholly before `start` are never read (a window may free them).
     pub table: &'a [u32],
     /// Elements from one pool block to the next (at least `hd * KEY_BLOCK`).
     pub block_stride: usize,
@@ -66,25 +67,29 @@ impl Attn<'_> {
     }
 
     /// Checks the blocks that hold positions `from..to` (`to <= len`): the table has an
-    /// entry for each, and each whole block, `hd * KEY_BLOCK` keys and as many values, is
-    /// inside both pools; and blocks do not overlap within a head (`block_stride` is at
-    /// least a block). The kernels call it once, before any unchecked read: then a read
-    /// anywhere inside one of these blocks is in bounds, whatever the position.
+    /// entry for every position of `0..len`, `block_stride` is at least a block (pool
+    /// blocks do not run into each other), and each whole block of `from..to`,
+    /// `hd * KEY_BLOCK` keys and as many values, is inside both pools. The kernels call it
+    /// once, before any unchecked read: then a read anywhere inside one of these blocks is
+    /// in bounds, whatever the position (and positions past `len` in the last one).
     pub(crate) fn check_blocks(&self, from: usize, to: usize) {
         let size = self.hd * KEY_BLOCK;
-        let blocks = blocks(from, to);
+        let pools = self.keys.len().min(self.values.len());
         assert!(
             to <= self.len
                 && self.block_stride >= size
-                && self.table.len() >= self.len.div_ceil(KEY_BLOCK)
-                && self.table[blocks].iter().all(|&t| {
-                    (t as usize)
-                        .checked_mul(self.block_stride)
-                        .and_then(|at| at.checked_add(size))
-                        .is_some_and(|end| end <= self.keys.len() && end <= self.values.len())
-                }),
+                && self.table.len() >= self.len.div_ceil(KEY_BLOCK),
             "attention block table"
         );
+        // The furthest block is inside both pools, hence every one (a vectorised maximum:
+        // this runs on every call).
+        let furthest = self.table[blocks(from, to)]
+            .iter()
+            .fold(0, |m, &t| m.max(t));
+        let end = (furthest as usize)
+            .checked_mul(self.block_stride)
+            .and_then(|at| at.checked_add(size));
+        assert!(end.is_some_and(|end| end <= pools), "attention block table");
     }
 }
 

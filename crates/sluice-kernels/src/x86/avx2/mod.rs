@@ -60,15 +60,21 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                 };
             }
         }
-        // Scores over a block's 16 positions (two key vectors per broadcast query: 8
-        // independent FMA chains, where 4 would wait on the FMA latency), or over 8 of
-        // them alone where p0..p1 covers only half of the first or last block. Each score
-        // is still one FMA chain over d, so the numbers do not depend on the pairing.
+        // Scores over a block's 16 positions, or over 8 of them alone where p0..p1 covers
+        // only half of the first or last block. Each score is still one FMA chain over d,
+        // so the numbers do not depend on the pairing. Each block's place is read from the
+        // table two blocks ahead (as for the values below): the loads of its keys then
+        // wait on no table read.
+        let last = p1.div_ceil(KEY_BLOCK) - 1;
+        let place = |b: usize| a.block(b.min(last));
+        let (mut next, mut after) = (place(p0 / KEY_BLOCK), place(p0 / KEY_BLOCK + 1));
         for (b, run) in block_runs(p0, p1) {
             // p0 and p1 are multiples of 8: the run is 8 or 16 positions, from position
             // 0 or 8 of the block.
             let (lo, two) = (run.start % KEY_BLOCK, run.len() == 16);
-            let at = a.block(b);
+            // Block b's place: the runs are of consecutive blocks from p0 / 16.
+            let at = next;
+            (next, after) = (after, place(b + 2));
             // SAFETY: `check_blocks` saw block b (it holds positions of start..end) inside
             // both pools, so the keys at `at + d * 16 + lo..+8` (and `+8..+16` when `two`,
             // then lo = 0) for every d < hd, and the values at `at..at + 16 * hd`, are in
@@ -83,30 +89,14 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                     let (v0, v1) = (v0 % KEY_BLOCK, (v1 - 1) % KEY_BLOCK + 1);
                     prefetch_values(vp, at + v0 * hd, at + v1 * hd);
                 }
-                let mut acc = [[_mm256_setzero_ps(); 2]; H];
-                let kb0 = kp.add(at + lo);
-                let kb1 = kb0.add(if two { 8 } else { 0 });
-                for d in 0..hd {
-                    let k0 =
-                        _mm256_cvtph_ps(_mm_loadu_si128(kb0.add(d * KEY_BLOCK) as *const __m128i));
-                    let k1 = if two {
-                        _mm256_cvtph_ps(_mm_loadu_si128(kb1.add(d * KEY_BLOCK) as *const __m128i))
-                    } else {
-                        k0
-                    };
-                    let qd = qs.as_ptr().add(d * H);
-                    for (h, acc) in acc.iter_mut().enumerate() {
-                        let w = _mm256_broadcast_ss(&*qd.add(h));
-                        acc[0] = _mm256_fmadd_ps(w, k0, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(w, k1, acc[1]);
-                    }
-                }
-                for (h, acc) in acc.iter().enumerate() {
-                    let o = scores.as_mut_ptr().add((h0 + h) * lp + run.start - p0);
-                    _mm256_storeu_ps(o, acc[0]);
-                    if two {
-                        _mm256_storeu_ps(o.add(8), acc[1]);
-                    }
+                let kb = kp.add(at + lo);
+                let o = scores.as_mut_ptr().add(h0 * lp + run.start - p0);
+                // Two key vectors per broadcast query (8 independent FMA chains, where 4
+                // would wait on the FMA latency), or one.
+                if two {
+                    store_scores(score_keys::<H, 2>(kb, qs.as_ptr(), H, hd), H, o, lp);
+                } else {
+                    store_scores(score_keys::<H, 1>(kb, qs.as_ptr(), H, hd), H, o, lp);
                 }
             }
         }
@@ -144,6 +134,63 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     }
 }
 
+/// The scores of `8 * N` positions of one block (keys of dimension `d` at
+/// `kb[d * 16..]`) for `H` queries (scaled, dimension `d` of query `h` at
+/// `qs[d * stride + h]`): one FMA chain over `d` each. With the count of vectors fixed,
+/// the loop over `d` has no branch.
+///
+/// # Safety
+/// The keys and queries read are in bounds.
+#[inline(always)]
+pub(crate) unsafe fn score_keys<const H: usize, const N: usize>(
+    kb: *const u16,
+    qs: *const f32,
+    stride: usize,
+    hd: usize,
+) -> [[__m256; N]; H] {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); N]; H];
+        for d in 0..hd {
+            let mut k = [_mm256_setzero_ps(); N];
+            for (i, k) in k.iter_mut().enumerate() {
+                let at = kb.add(d * KEY_BLOCK + 8 * i);
+                *k = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+            }
+            let qd = qs.add(d * stride);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let w = _mm256_broadcast_ss(&*qd.add(h));
+                for (acc, k) in acc.iter_mut().zip(k) {
+                    *acc = _mm256_fmadd_ps(w, k, *acc);
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// Stores the first `count` of `H` queries' scores of `8 * N` positions, query `h`'s at
+/// `o[h * lp..]`.
+///
+/// # Safety
+/// The stores are in bounds.
+#[inline(always)]
+pub(crate) unsafe fn store_scores<const H: usize, const N: usize>(
+    acc: [[__m256; N]; H],
+    count: usize,
+    o: *mut f32,
+    lp: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        for (h, acc) in acc.iter().enumerate().take(count) {
+            for (i, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(h * lp + 8 * i), *acc);
+            }
+        }
+    }
+}
+
 /// The weighted sums of the values of positions `a.start..a.len`, columns
 /// `c0..c0 + 8 * N`, for `H` heads (head `h`'s weight of position `p` at `w[h * lp + p]`),
 /// a block at a time and in order of position.
@@ -161,22 +208,65 @@ unsafe fn weigh_values<const H: usize, const N: usize>(
     // SAFETY: forwarded from the caller; a position's values are at `(p % 16) * hd` in
     // its block.
     unsafe {
-        let vp = a.values.as_ptr() as *const u16;
+        let (vp, hd) = (a.values.as_ptr() as *const u16, a.hd);
         let mut acc = [[_mm256_setzero_ps(); N]; H];
-        for (b, run) in block_runs(a.start, a.len) {
-            let vb = vp.add(a.block(b) + c0);
-            for p in run {
-                let row = vb.add(p % KEY_BLOCK * a.hd);
-                let mut v = [_mm256_setzero_ps(); N];
-                for (i, v) in v.iter_mut().enumerate() {
-                    *v = _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * i) as *const __m128i));
+        let (start, end) = (a.start, a.len);
+        let row = |p: usize| vp.add(a.block(p / KEY_BLOCK) + p % KEY_BLOCK * hd + c0);
+        // The positions before the first block boundary, then whole blocks (16 rows `hd`
+        // apart from where the table puts the block: one table read and a fixed count; a
+        // loop over each block's part of the range measured 5% slower), then the rest.
+        let head = start.next_multiple_of(KEY_BLOCK).min(end);
+        for p in start..head {
+            acc = weigh_position(acc, row(p), w.wrapping_add(p), lp);
+        }
+        let whole = end / KEY_BLOCK * KEY_BLOCK;
+        let blocks = head / KEY_BLOCK..whole / KEY_BLOCK;
+        if !blocks.is_empty() {
+            let last = blocks.end - 1;
+            // Where each block's rows start is read from the table two blocks ahead, so
+            // that the loads of a block's first rows wait on no table read (as fast as a
+            // contiguous layout then; a lookup at the block measured 2-4% slower).
+            let base = |b: usize| vp.add(a.block(b.min(last)) + c0);
+            let (mut next, mut after) = (base(blocks.start), base(blocks.start + 1));
+            for b in blocks {
+                let mut at = next;
+                (next, after) = (after, base(b + 2));
+                let mut wp = w.wrapping_add(b * KEY_BLOCK);
+                for _ in 0..KEY_BLOCK {
+                    acc = weigh_position(acc, at, wp, lp);
+                    (at, wp) = (at.wrapping_add(hd), wp.wrapping_add(1));
                 }
-                for (h, acc) in acc.iter_mut().enumerate() {
-                    let wh = _mm256_broadcast_ss(&*w.wrapping_add(h * lp + p));
-                    for (acc, v) in acc.iter_mut().zip(v) {
-                        *acc = _mm256_fmadd_ps(wh, v, *acc);
-                    }
-                }
+            }
+        }
+        for p in whole.max(head)..end {
+            acc = weigh_position(acc, row(p), w.wrapping_add(p), lp);
+        }
+        acc
+    }
+}
+
+/// Adds one position's values (`N` vectors of 8 at `row`) times each head's weight
+/// (`w[h * lp]`) to its accumulators.
+///
+/// # Safety
+/// The values at `row` and the weights read are in bounds.
+#[inline(always)]
+unsafe fn weigh_position<const H: usize, const N: usize>(
+    mut acc: [[__m256; N]; H],
+    row: *const u16,
+    w: *const f32,
+    lp: usize,
+) -> [[__m256; N]; H] {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let mut v = [_mm256_setzero_ps(); N];
+        for (i, v) in v.iter_mut().enumerate() {
+            *v = _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * i) as *const __m128i));
+        }
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let wh = _mm256_broadcast_ss(&*w.wrapping_add(h * lp));
+            for (acc, v) in acc.iter_mut().zip(v) {
+                *acc = _mm256_fmadd_ps(wh, v, *acc);
             }
         }
         acc
