@@ -21,7 +21,7 @@ fn main() {
     let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
     let s = m.shape().clone();
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
     let rows: Vec<TokenRow> = (0..64)
         .map(|p| TokenRow {
             token: 100 + p as u32,
@@ -54,7 +54,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
     for slot in 0..slots {
         let rows: Vec<TokenRow> = (0..128)
             .map(|p| TokenRow {
@@ -95,7 +95,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
     let rows: Vec<TokenRow> = (0..512)
         .map(|p| TokenRow {
             token: 100 + (p * 13) as u32 % 1000,

@@ -9,8 +9,10 @@
 //! machine's read bandwidth, which bounds every single-row (decode) figure, and on x86 the
 //! rate of AVX2's cheapest int8 multiply-add, which bounds every many-row figure below
 //! AVX-512 VNNI, alone and with the float epilogue that scales every block of 32 weights.
-//! Last, decode attention of one query group for two head shapes, from L1, and a whole
-//! 32-stream step's decode attention over a KV slab, from memory.
+//! Last, decode attention of one query group for two head shapes, from L1, decode and
+//! prompt-tile attention over a long context (`attend_rows`), and a whole 32-stream step's
+//! decode attention over a KV slab, from memory. `SLUICE_BENCH_ONLY=attention` runs only
+//! the attention tables (no model file needed).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -27,6 +29,12 @@ fn main() {
 }
 
 fn run() {
+    if std::env::var("SLUICE_BENCH_ONLY").as_deref() == Ok("attention") {
+        attention_table();
+        attention_rows_table();
+        slab_attention_table();
+        return;
+    }
     let path = std::env::var_os("SLUICE_MODEL")
         .map(Into::into)
         .unwrap_or_else(sluice::config::default_model_path);
@@ -97,12 +105,14 @@ fn run() {
         }
     }
     attention_table();
+    attention_rows_table();
     slab_attention_table();
 }
 
 /// Decode attention as a step of 32 streams meets it: every layer's query groups of 32
-/// slots over their live positions in a real KV slab, on the compute threads, so the keys
-/// and values come from memory (the slab is far larger than any cache), not from L1 as in
+/// slots over their live positions in a real KV pool (read through the block tables), on
+/// the compute threads, so the keys and values come from memory (the pool is far larger
+/// than any cache), not from L1 as in
 /// `attention_table`. Milliseconds per step for two model shapes.
 fn slab_attention_table() {
     use sluice::engine::testing::KvSlab;
@@ -113,7 +123,7 @@ fn slab_attention_table() {
     println!("|---|---:|---:|---:|");
     let slots = 32;
     for (layers, kvh, hd, g) in [(30usize, 3usize, 64usize, 3usize), (18, 1, 256, 4)] {
-        let mut kv = KvSlab::new(layers, kvh, hd, slots, 1024);
+        let mut kv = KvSlab::contiguous(layers, kvh, hd, slots, 1024);
         let (k, v) = (noise(kvh * hd, 2), noise(kvh * hd, 3));
         let q = noise(g * kvh * hd, 1);
         let len = 192;
@@ -130,13 +140,15 @@ fn slab_attention_table() {
                 let q = &q;
                 sluice_kernels::threads::for_each(slots * kvh, |i| {
                     let (slot, h) = (i / kvh, i % kvh);
-                    let (keys_t, values) = kv.read(layer, slot, h, len);
+                    let view = kv.read(layer, slot, h, len);
                     let a = Attn {
                         q: &q[h * g * hd..(h + 1) * g * hd],
                         hd,
-                        keys_t,
-                        stride: kv.stride,
-                        values,
+                        keys: view.keys,
+                        values: view.values,
+                        table: view.table,
+                        block_stride: view.block_stride,
+                        len,
                         scale: 0.125,
                         start: 0,
                         softcap: None,
@@ -168,15 +180,18 @@ fn attention_table() {
     let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
     for (hd, g) in [(64usize, 3usize), (256, 4)] {
         let q = noise(g * hd, 1);
-        let keys_t = halves(noise(hd * stride, 2));
+        let keys = halves(noise(hd * stride, 2));
         let values = halves(noise(stride * hd, 3));
+        let table: Vec<u32> = (0..(stride / 16) as u32).collect();
         for len in [300usize, 1000] {
             let a = Attn {
                 q: &q,
                 hd,
-                keys_t: &keys_t,
-                stride,
-                values: &values[..len * hd],
+                keys: &keys,
+                values: &values,
+                table: &table,
+                block_stride: hd * 16,
+                len,
                 scale: 0.125,
                 start: 0,
                 softcap: None,
@@ -188,6 +203,70 @@ fn attention_table() {
                 per * 1e6,
                 (2 * g * hd * len) as f64 / per / 1e9
             );
+        }
+    }
+}
+
+/// Attention of one KV head over a long context (2,048 positions) through `attend_rows`, on
+/// one thread: a decode step (one row, the last position) and a prompt tile (as many
+/// consecutive rows as `rows_per_tile` gives, ending at the context), for the head shapes of
+/// SmolLM2 (64 x 3) and Gemma 3 (256 x 4, also with its 512-position window). Each twice:
+/// keys and values contiguous (the identity block table), and paged as a KV pool lays them
+/// out (blocks of 3 KV heads interleaved, `paged`), the sequence's blocks in shuffled
+/// order. Multiply-adds counted: scores and weighted sums of every row over its own
+/// positions.
+fn attention_rows_table() {
+    use half::f16;
+    use sluice_kernels::{Attn, attend_rows, noise, rows_per_tile};
+    println!("| attention rows (hd x heads, window) | positions | rows | us/call | GMAC/s |");
+    println!("|---|---:|---:|---:|---:|");
+    let context = 2048;
+    let blocks = context / 16;
+    let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+    // A fixed shuffle of the blocks: block b at pool block (b * 37) mod blocks.
+    let shuffled: Vec<u32> = (0..blocks).map(|b| (b * 37 % blocks) as u32).collect();
+    let identity: Vec<u32> = (0..blocks as u32).collect();
+    for paged in [false, true] {
+        for (hd, g, window) in [
+            (64usize, 3usize, None),
+            (256, 4, None),
+            (256, 4, Some(512usize)),
+        ] {
+            let heads = if paged { 3 } else { 1 };
+            let block_stride = heads * hd * 16;
+            let keys = halves(noise(blocks * block_stride, 2));
+            let values = halves(noise(blocks * block_stride, 3));
+            let table = if paged { &shuffled } else { &identity };
+            for rows in [1, rows_per_tile(g)] {
+                let q = noise(rows * g * hd, 1);
+                let tile: Vec<Attn> = (0..rows)
+                    .map(|r| {
+                        let len = context - rows + 1 + r;
+                        Attn {
+                            q: &q[r * g * hd..(r + 1) * g * hd],
+                            hd,
+                            keys: &keys,
+                            values: &values,
+                            table,
+                            block_stride,
+                            len,
+                            scale: 0.125,
+                            start: window.map_or(0, |w| len.saturating_sub(w)),
+                            softcap: None,
+                        }
+                    })
+                    .collect();
+                let macs: usize = tile.iter().map(|a| 2 * g * hd * (a.len - a.start)).sum();
+                let (mut out, mut scores) = (vec![0f32; rows * g * hd], Vec::new());
+                let per = seconds_per_call(|| attend_rows(&tile, &mut scores, &mut out));
+                let w = window.map_or(String::new(), |w| format!(", {w}"));
+                let layout = if paged { ", paged" } else { "" };
+                println!(
+                    "| {hd} x {g}{w}{layout} | {context} | {rows} | {:.2} | {:.1} |",
+                    per * 1e6,
+                    macs as f64 / per / 1e9
+                );
+            }
         }
     }
 }

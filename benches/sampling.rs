@@ -22,7 +22,7 @@ fn main() {
     println!("{}", path.display());
     let s = m.shape().clone();
     let n = 32;
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, n, 64);
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, n, 64);
     let rows: Vec<TokenRow> = (0..n * 16)
         .map(|i| TokenRow {
             token: 100 + ((i * 7919) % 20_000) as u32,

@@ -199,7 +199,7 @@ fn main() {
     }
     let mut args = Wrap::parse_from(["soak"]).args;
     args.slots = 16;
-    args.context = 1024;
+    args.context = Some(1024);
     let config = args.config().expect("a valid configuration");
     let model = config.model.name.clone();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -48,6 +48,15 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
         tokenizer,
         file,
     } = load_model(&config.model.path, &config.model.load)?;
+    let mut config = config.clone();
+    config.fit_to_model(model.shape().train_context);
+    let config = &config;
+    tracing::info!(
+        context = config.engine.context,
+        kv_cache_tokens = config.engine.kv_tokens(),
+        slots = config.engine.slots,
+        "KV pool"
+    );
     warm_up(&*model);
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::new(config.engine.slots, &config.model.name));

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 fn url() -> &'static str {
     common::server_with(|c| {
         c.slots = 2;
-        c.context = 2048;
+        c.context = Some(2048);
         // One second: 2000 tokens take far longer on any CPU this runs on.
         c.request_timeout = 1.0;
     })

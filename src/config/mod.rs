@@ -53,12 +53,17 @@ pub struct ServeArgs {
     /// Model id clients use (default: the model file's name without `.gguf`).
     #[arg(long, env = "SLUICE_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
-    /// Concurrent sequences: rows of the KV slab.
+    /// Most sequences running at once (each holds a block table of the KV pool).
     #[arg(long, env = "SLUICE_SLOTS", default_value_t = 32)]
     pub slots: usize,
-    /// Positions per sequence (prompt + generated tokens).
-    #[arg(long, env = "SLUICE_CONTEXT", default_value_t = 2048)]
-    pub context: usize,
+    /// Longest sequence: prompt + generated tokens (default: the model's trained context,
+    /// at most --kv-cache-tokens).
+    #[arg(long, env = "SLUICE_CONTEXT")]
+    pub context: Option<usize>,
+    /// Positions the KV pool holds for all sequences together, allocated once at start-up
+    /// (default: --slots x 2,048, or --slots x --context when --context is given).
+    #[arg(long, env = "SLUICE_KV_CACHE_TOKENS")]
+    pub kv_cache_tokens: Option<usize>,
     /// Smallest power-of-two prompt bucket.
     #[arg(long, env = "SLUICE_MIN_BUCKET", default_value_t = 16)]
     pub min_bucket: usize,
@@ -261,9 +266,22 @@ pub struct AdminConfig {
     pub reload_dirs: Vec<PathBuf>,
 }
 
+/// Values that follow the model's context once it is loaded (their flags were not given).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Auto {
+    /// `--context`.
+    pub context: bool,
+    /// `--max-prompt-tokens`.
+    pub max_prompt_tokens: bool,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: bool,
+}
+
 /// Everything the server runs on, checked.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// What `fit_to_model` sets.
+    pub auto: Auto,
     /// The model.
     pub model: ModelConfig,
     /// The engine.
@@ -280,7 +298,33 @@ pub struct Config {
 
 /// Longest `--request-timeout` and `--shutdown-grace`: a year and a day.
 const MAX_TIMEOUT_S: f64 = 31_536_000.0;
+/// Positions per slot the default pool holds (`--kv-cache-tokens` is `--slots` times it).
+const DEFAULT_CONTEXT: usize = 2048;
 const MAX_GRACE_S: f64 = 86_400.0;
+
+impl Config {
+    /// Sets what follows the model: without `--context`, the longest sequence is the
+    /// model's trained context, at most the pool's positions; limits left at 0 follow it.
+    pub fn fit_to_model(&mut self, train_context: usize) {
+        if !self.auto.context {
+            return;
+        }
+        let context = train_context.clamp(2, self.engine.kv_tokens());
+        self.engine.context = context;
+        self.engine.min_bucket = self.engine.min_bucket.min(context);
+        self.engine.min_prefix_reuse = self.engine.min_prefix_reuse.min(context);
+        let l = &mut self.limits;
+        l.context = context;
+        if self.auto.max_prompt_tokens {
+            l.max_prompt_tokens = context;
+        }
+        if self.auto.max_new_tokens {
+            l.max_new_tokens = context;
+        }
+        l.max_prompt_tokens = l.max_prompt_tokens.min(context);
+        l.max_new_tokens = l.max_new_tokens.min(context);
+    }
+}
 
 impl ServeArgs {
     /// The model file to load.
@@ -303,8 +347,26 @@ impl ServeArgs {
     /// Checks every value and builds the configuration.
     pub fn config(&self) -> Result<Config, ConfigError> {
         const BIG: usize = 1 << 30;
-        let context = int("context", self.context, 2, 1 << 20)?;
         let slots = int("slots", self.slots, 1, 4096)?;
+        let given = match self.context {
+            Some(c) => Some(int("context", c, 2, 1 << 20)?),
+            None => None,
+        };
+        let kv_tokens = match self.kv_cache_tokens {
+            Some(n) => int("kv-cache-tokens", n, 16, 1 << 26)?,
+            None => slots * given.unwrap_or(DEFAULT_CONTEXT),
+        };
+        if let Some(c) = given.filter(|&c| c > kv_tokens) {
+            return Err(ConfigError::Invalid {
+                flag: "context",
+                reason: format!(
+                    "{c} is longer than the KV pool's {kv_tokens} positions \
+                     (--kv-cache-tokens): no sequence that long could ever fit"
+                ),
+            });
+        }
+        // Until the model is loaded (`Config::fit_to_model`), the context is the pool.
+        let context = given.unwrap_or(kv_tokens).min(1 << 20);
         let cap = |v: usize| if v == 0 { context } else { v };
         let limits = Limits {
             context,
@@ -321,6 +383,7 @@ impl ServeArgs {
             max_top_logprobs: int("max-top-logprobs", self.max_top_logprobs, 0, 1024)?,
             max_prompts: int("max-prompts", self.max_prompts, 1, 4096)?,
             slots,
+            kv_tokens,
         };
         let timeout = seconds("request-timeout", self.request_timeout, MAX_TIMEOUT_S)?;
         let min_bucket = int("min-bucket", self.min_bucket, 1, context)?;
@@ -341,6 +404,7 @@ impl ServeArgs {
         let engine = EngineConfig {
             slots,
             context,
+            kv_cache_tokens: kv_tokens,
             min_bucket,
             max_batch_tokens,
             prefix_reuse: !self.no_prefix_reuse,
@@ -402,6 +466,11 @@ impl ServeArgs {
                 reload_dirs: self.reload_roots(),
             });
         Ok(Config {
+            auto: Auto {
+                context: given.is_none(),
+                max_prompt_tokens: self.max_prompt_tokens == 0,
+                max_new_tokens: self.max_new_tokens == 0,
+            },
             model: ModelConfig {
                 path: self.model_path(),
                 load: sluice_engine::LoadOptions {

@@ -73,3 +73,35 @@ fn zero_means_the_context_and_limits_land_in_their_sections() {
     assert_eq!(c.engine.request_timeout, None);
     assert!(c.admin.is_none());
 }
+
+#[test]
+fn the_pool_is_slots_times_2048_and_the_context_follows_the_model_within_it() {
+    let mut c = config(&["--slots", "4"]).unwrap();
+    assert_eq!(c.engine.kv_tokens(), 4 * 2048);
+    c.fit_to_model(32_768);
+    assert_eq!((c.engine.context, c.limits.context), (8192, 8192));
+    assert_eq!(
+        (c.limits.max_prompt_tokens, c.limits.max_new_tokens),
+        (8192, 8192)
+    );
+    let mut c = config(&["--slots", "4", "--max-new-tokens", "100"]).unwrap();
+    c.fit_to_model(4096);
+    assert_eq!((c.engine.context, c.limits.max_new_tokens), (4096, 100));
+    // A given context is kept, and sizes the default pool.
+    let mut c = config(&["--slots", "2", "--context", "512"]).unwrap();
+    c.fit_to_model(8192);
+    assert_eq!((c.engine.context, c.engine.kv_tokens()), (512, 1024));
+    let c = config(&["--kv-cache-tokens", "8192", "--context", "4096"]).unwrap();
+    assert_eq!((c.engine.kv_tokens(), c.limits.kv_tokens), (8192, 8192));
+}
+
+#[test]
+fn a_context_longer_than_the_pool_is_refused_naming_both() {
+    let e = config(&["--kv-cache-tokens", "1000", "--context", "2000"]).unwrap_err();
+    assert!(
+        e.contains("--context") && e.contains("2000") && e.contains("1000"),
+        "{e}"
+    );
+    let e = config(&["--kv-cache-tokens", "8"]).unwrap_err();
+    assert!(e.contains("--kv-cache-tokens 8"), "{e}");
+}

@@ -92,7 +92,7 @@ impl ValidationError {
 /// Bounds on request fields.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// The engine's context (prompt + max_tokens must fit).
+    /// The longest sequence (prompt + max_tokens must fit).
     pub context: usize,
     /// Longest prompt in tokens (at most the context).
     pub max_prompt_tokens: usize,
@@ -110,6 +110,8 @@ pub struct Limits {
     pub max_prompts: usize,
     /// The engine's slots (a beam search needs one per beam).
     pub slots: usize,
+    /// Positions of the KV pool (a beam search's beams must fit in it together).
+    pub kv_tokens: usize,
 }
 
 impl Limits {
@@ -125,6 +127,7 @@ impl Limits {
             max_top_logprobs: 20,
             max_prompts: 32,
             slots: 32,
+            kv_tokens: 32 * context,
         }
     }
 }

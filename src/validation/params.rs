@@ -347,6 +347,20 @@ pub(super) fn build(
                 ),
             });
         }
+        let width = beam.map_or(1, |b| b.width);
+        if width > 1 && prompt.len() + width * max_tokens > limits.kv_tokens {
+            return Err(ValidationError::ContextLength {
+                param: at.fields.max_tokens,
+                message: format!(
+                    "this beam search needs {} prompt tokens + {width} beams x {max_tokens} \
+                     max_tokens = {} positions of the KV pool, which holds {} \
+                     (--kv-cache-tokens)",
+                    prompt.len(),
+                    prompt.len() + width * max_tokens,
+                    limits.kv_tokens
+                ),
+            });
+        }
         if min_tokens as usize > max_tokens {
             return Err(ValidationError::invalid(
                 "min_tokens",

@@ -126,7 +126,7 @@ pub fn serve_args() -> sluice::config::ServeArgs {
     let mut args = Wrap::parse_from(["sluice"]).args;
     args.model = Some(model_path());
     args.slots = 8;
-    args.context = 1024;
+    args.context = Some(1024);
     args.max_body_bytes = 64 * 1024;
     args
 }

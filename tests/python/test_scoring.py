@@ -116,7 +116,10 @@ def test_choices_share_one_prefill_even_without_the_prompt_cache(base_url, model
                                            "max_tokens": 1, "cache_prompt": False})
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"]) == 4
-    assert counter(base_url, "sluice_prefix_cache_hits_total") - before == 3 * (n_ids - 1)
+    # Each of the other three reuses at least the prompt's whole 16-token blocks (all but
+    # the last token when it shares a sibling's table that is still running).
+    gained = counter(base_url, "sluice_prefix_cache_hits_total") - before
+    assert 3 * ((n_ids - 1) // 16 * 16) <= gained <= 3 * (n_ids - 1)
 
 
 def test_a_repeated_prompt_reuses_its_prefix_unless_told_not_to(base_url, model):
@@ -128,7 +131,8 @@ def test_a_repeated_prompt_reuses_its_prefix_unless_told_not_to(base_url, model)
     queries = counter(base_url, "sluice_prefix_cache_queries_total")
     again = post(base_url, "/v1/completions", body).json()["choices"][0]["text"]
     assert again == first
-    assert counter(base_url, "sluice_prefix_cache_hits_total") - hits == n_ids - 1
+    # Whole cached blocks, all but the last token at most.
+    assert counter(base_url, "sluice_prefix_cache_hits_total") - hits == (n_ids - 1) // 16 * 16
     assert counter(base_url, "sluice_prefix_cache_queries_total") - queries == n_ids
     hits = counter(base_url, "sluice_prefix_cache_hits_total")
     off = post(base_url, "/v1/completions", {**body, "cache_prompt": False})

@@ -3,10 +3,12 @@
 /// Engine sizing and policy.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// Concurrent sequences (KV slab rows).
+    /// Most sequences running at once (block tables of the KV pool).
     pub slots: usize,
-    /// Positions per slot: prompt + generated tokens of one sequence.
+    /// Longest sequence: prompt + generated tokens (at most the pool's positions).
     pub context: usize,
+    /// Positions the KV pool holds, all sequences together (0: `slots x context`).
+    pub kv_cache_tokens: usize,
     /// Smallest prompt bucket.
     pub min_bucket: usize,
     /// Tokens one forward pass may carry: every decoding sequence's row plus prompt
@@ -31,6 +33,7 @@ impl Default for EngineConfig {
         Self {
             slots: 32,
             context: 2048,
+            kv_cache_tokens: 0,
             min_bucket: 16,
             max_batch_tokens: 512,
             prefix_reuse: true,
@@ -40,5 +43,23 @@ impl Default for EngineConfig {
             request_timeout: None,
             weights_version: "v1".into(),
         }
+    }
+}
+
+impl EngineConfig {
+    /// Positions the KV pool holds.
+    pub fn kv_tokens(&self) -> usize {
+        match self.kv_cache_tokens {
+            0 => self.slots * self.context,
+            n => n,
+        }
+    }
+
+    /// Blocks of 16 positions in the KV pool: enough for the longest sequence at least.
+    pub fn kv_blocks(&self) -> usize {
+        let block = sluice_kernels::KEY_BLOCK;
+        self.kv_tokens()
+            .div_ceil(block)
+            .max(self.context.div_ceil(block))
     }
 }

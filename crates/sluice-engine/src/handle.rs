@@ -56,6 +56,8 @@ impl EngineHandle {
             kv_base: AtomicUsize::new(0),
             in_flight: watch::Sender::new(0),
             slots_used: Arc::default(),
+            kv_blocks_used: Arc::default(),
+            kv_blocks_peak: Arc::default(),
             swap_pending: Default::default(),
         });
         let handle = EngineHandle {
@@ -206,6 +208,17 @@ impl EngineHandle {
     /// Slots leased now.
     pub fn slots_used(&self) -> usize {
         self.shared.slots_used.load(Ordering::SeqCst)
+    }
+
+    /// KV blocks held by running sequences now: 0 once `idle()` resolves, whatever way
+    /// the requests ended (blocks left in the prefix cache are not held).
+    pub fn kv_blocks_used(&self) -> usize {
+        self.shared.kv_blocks_used.load(Ordering::SeqCst)
+    }
+
+    /// The most KV blocks held at once since the engine started.
+    pub fn kv_blocks_peak(&self) -> usize {
+        self.shared.kv_blocks_peak.load(Ordering::SeqCst)
     }
 
     /// Sequences running in slots.

@@ -50,176 +50,215 @@ impl std::ops::DerefMut for Zeroed {
     }
 }
 
-/// Keys and values for every layer, slot, KV head and position.
+/// Keys and values for every layer in one pool of blocks of `KEY_BLOCK` (16) positions,
+/// and each slot's block table (docs/ARCHITECTURE.md, "The KV pool").
 ///
-/// Layout per layer and (slot, kv_head): keys transposed in blocks of `KEY_BLOCK` (16)
-/// positions, `[stride / 16][head_dim][16]` (`stride` is the context rounded up to 16 so
-/// that kernels may read whole vectors), so the scores of many positions are one vector
-/// multiply-add per key dimension, and one position's keys, written or read, lie in one
-/// contiguous block rather than `head_dim` rows a context apart; values
-/// `[position][head_dim]`, so the weighted sum adds whole rows. Attention reads only a
-/// slot's own live prefix of each, without gathering or masks.
+/// Layout per layer: `[block][kv_head][16 * head_dim]`. Within a block and head, keys are
+/// transposed, `[head_dim][16]`, so the scores of 16 positions are one vector multiply-add
+/// per key dimension and one position's keys lie in one contiguous block; values are
+/// `[16][head_dim]`, so the weighted sum adds whole rows. A sequence's positions
+/// `16b..16b + 16` live in block `tables[slot][b]`: attention reads through the table, and
+/// blocks may be shared by several tables (a prompt prefix, the choices of `n`, beams).
+/// Who holds which block is decided by `cache::KvCache`; this type only stores.
 pub struct KvSlab {
-    /// Number of slots (concurrent sequences).
-    pub slots: usize,
-    /// Positions per slot.
-    pub context: usize,
-    /// Positions per (slot, head) key array: `context` rounded up to a multiple of 16.
-    pub stride: usize,
+    /// Blocks in the pool.
+    pub blocks: usize,
     kv_heads: usize,
     head_dim: usize,
     keys: Vec<Zeroed>,
     values: Vec<Zeroed>,
+    /// Each slot's block table.
+    tables: Vec<Vec<u32>>,
+}
+
+/// One slot and KV head of one layer, as attention reads it: the layer's pools offset to
+/// the head, the slot's block table, and the distance between blocks.
+pub struct HeadView<'a> {
+    /// Keys: block `t` of the table at `keys[t * block_stride..]`, `[head_dim][16]`.
+    pub keys: &'a [f16],
+    /// Values: block `t` at `values[t * block_stride..]`, `[16][head_dim]`.
+    pub values: &'a [f16],
+    /// The slot's block table (at least the blocks of the positions read).
+    pub table: &'a [u32],
+    /// Elements from one block to the next.
+    pub block_stride: usize,
 }
 
 impl KvSlab {
-    /// Allocates the whole slab. Pages are zero-filled lazily by the OS, so resident
-    /// memory grows with the positions actually used.
+    /// Allocates a pool of `blocks` blocks for `slots` block tables, all empty. Pages are
+    /// zero-filled lazily by the OS, so resident memory grows with the blocks written.
     pub fn new(
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        slots: usize,
+        blocks: usize,
+    ) -> Self {
+        assert!(head_dim <= 256, "head dimension {head_dim} above 256");
+        assert!(blocks <= u32::MAX as usize, "{blocks} blocks");
+        let per_layer = blocks * kv_heads * KEY_BLOCK * head_dim;
+        Self {
+            blocks,
+            kv_heads,
+            head_dim,
+            keys: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
+            values: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
+            tables: vec![Vec::new(); slots],
+        }
+    }
+
+    /// A pool of `slots x context` positions where slot `s` holds blocks
+    /// `s * n..(s + 1) * n` in order (`n = context / 16`, rounded up): a fixed layout for
+    /// tests and benchmarks that run the model without an engine.
+    pub fn contiguous(
         layers: usize,
         kv_heads: usize,
         head_dim: usize,
         slots: usize,
         context: usize,
     ) -> Self {
-        assert!(head_dim <= 256, "head dimension {head_dim} above 256");
-        let stride = context.next_multiple_of(16);
-        let per_layer = slots * kv_heads * stride * head_dim;
-        Self {
-            slots,
-            context,
-            stride,
-            kv_heads,
-            head_dim,
-            keys: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
-            values: (0..layers).map(|_| Zeroed::new(per_layer)).collect(),
+        let n = context.div_ceil(KEY_BLOCK);
+        let mut kv = Self::new(layers, kv_heads, head_dim, slots, slots * n);
+        for (s, t) in kv.tables.iter_mut().enumerate() {
+            *t = (s * n..(s + 1) * n).map(|b| b as u32).collect();
         }
+        kv
     }
 
-    /// Bytes reserved by the slab.
+    /// Bytes reserved by the pool.
     pub fn bytes(&self) -> usize {
         2 * self.keys.len() * self.keys.first().map_or(0, |k| k.len()) * 2
     }
 
-    /// Address of the first layer's keys: unchanged for the slab's lifetime (tests use it
-    /// to show the slab is never reallocated).
+    /// Address of the first layer's keys: unchanged for the pool's lifetime (tests use it
+    /// to show the pool is never reallocated).
     pub fn base_ptr(&self) -> usize {
         self.keys.first().map_or(0, |k| k.as_ptr() as usize)
     }
 
-    fn offset(&self, slot: usize, head: usize, pos: usize) -> usize {
-        ((slot * self.kv_heads + head) * self.stride + pos) * self.head_dim
+    /// Elements of one block (all KV heads) in one layer's keys or values.
+    pub fn block_stride(&self) -> usize {
+        self.kv_heads * KEY_BLOCK * self.head_dim
+    }
+
+    /// Slot `slot`'s block table.
+    pub fn table(&self, slot: usize) -> &[u32] {
+        &self.tables[slot]
+    }
+
+    /// Slot `slot`'s block table, to change (`cache::KvCache` only).
+    pub(crate) fn table_mut(&mut self, slot: usize) -> &mut Vec<u32> {
+        &mut self.tables[slot]
+    }
+
+    /// Where position `pos` of `slot` lives: its block, and its index in the block.
+    fn locate(&self, slot: usize, pos: usize) -> (usize, usize) {
+        let table = &self.tables[slot];
+        let b = *table.get(pos / KEY_BLOCK).unwrap_or_else(|| {
+            panic!(
+                "slot {slot} has {} blocks: no room for position {pos}",
+                table.len()
+            )
+        });
+        (b as usize, pos % KEY_BLOCK)
     }
 
     /// Writes one position's keys and values (all KV heads, concatenated) for a layer.
     pub fn write(&mut self, layer: usize, slot: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let n = self.per_slot();
+        let (b, i) = self.locate(slot, pos);
+        let n = self.block_stride();
+        let shape = (self.kv_heads, self.head_dim);
+        let at = b * n..(b + 1) * n;
         let (keys, values) = (&mut self.keys[layer], &mut self.values[layer]);
-        let at = slot * n..(slot + 1) * n;
-        write_position(
-            (&mut keys[at.clone()], &mut values[at]),
-            (self.kv_heads, self.head_dim, self.stride),
-            pos,
-            k,
-            v,
-        );
+        write_position((&mut keys[at.clone()], &mut values[at]), shape, i, k, v);
     }
 
     /// Writes the keys and values of every row of a step for a layer (`k`, `v`: one row of
-    /// all KV heads per row of `rows`), slots in parallel.
+    /// all KV heads per row of `rows`), blocks in parallel. No two rows may write the same
+    /// position; rows of different slots never share a block here (`KvCache::reserve`
+    /// copies a shared block before anyone writes into it).
     pub fn write_rows(&mut self, layer: usize, rows: &[TokenRow], k: &[f32], v: &[f32]) {
-        let (shape, n) = ((self.kv_heads, self.head_dim, self.stride), self.per_slot());
+        let shape = (self.kv_heads, self.head_dim);
+        let n = self.block_stride();
         let width = self.kv_heads * self.head_dim;
-        // Row indices by slot: each task owns one slot's region of the layer.
+        let at: Vec<(usize, usize)> = rows.iter().map(|r| self.locate(r.slot, r.pos)).collect();
+        // Row indices by block: each task owns one block of the layer.
         let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by_key(|&i| rows[i].slot);
-        let groups: Vec<&[usize]> = order
-            .chunk_by(|&a, &b| rows[a].slot == rows[b].slot)
-            .collect();
-        // Each group with its slot's regions: `groups` holds each slot once, in slot order.
+        order.sort_by_key(|&i| at[i].0);
+        let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| at[a].0 == at[b].0).collect();
+        // Each group with its block: `groups` holds each block once, in block order.
         let mut regions = self.keys[layer]
             .chunks_mut(n)
             .zip(self.values[layer].chunks_mut(n));
         let mut work = Vec::with_capacity(groups.len());
         let mut next = 0;
         for g in groups {
-            let slot = rows[g[0]].slot;
+            let block = at[g[0]].0;
             let region = regions
-                .nth(slot - next)
-                .expect("a row's slot is in the slab");
-            next = slot + 1;
+                .nth(block - next)
+                .expect("a row's block is in the pool");
+            next = block + 1;
             work.push((g, region));
         }
+        let at = &at;
         sluice_kernels::threads::for_each_item(&mut work, |_, (group, (keys, values))| {
             for &i in group.iter() {
                 let (k, v) = (&k[i * width..][..width], &v[i * width..][..width]);
-                write_position((&mut **keys, &mut **values), shape, rows[i].pos, k, v);
+                write_position((&mut **keys, &mut **values), shape, at[i].1, k, v);
             }
         });
     }
 
-    /// Elements of one slot's keys (or values) in a layer.
-    fn per_slot(&self) -> usize {
-        self.kv_heads * self.stride * self.head_dim
-    }
-
-    /// One slot and head: its transposed keys (`stride` positions in the block layout
-    /// above, of which `0..len` are live) and the values of positions `0..len`.
-    pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> (&[f16], &[f16]) {
-        let o = self.offset(slot, head, 0);
-        (
-            &self.keys[layer][o..o + self.head_dim * self.stride],
-            &self.values[layer][o..o + len * self.head_dim],
-        )
-    }
-
-    /// Copies positions `0..len` of slot `from` into slot `to`, every layer and head, in
-    /// place (prefix reuse and shared prefills: docs/ARCHITECTURE.md, "Prefix reuse").
-    /// Positions `len..` of `to` are left as they were, so a copy never touches what a
-    /// later write will own.
-    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
+    /// One slot and head of a layer, for attention over its first `len` positions (the
+    /// whole table: rows of one slot at different lengths share it, as a tile needs).
+    pub fn read(&self, layer: usize, slot: usize, head: usize, len: usize) -> HeadView<'_> {
+        let table = &self.tables[slot];
+        let used = len.div_ceil(KEY_BLOCK);
         assert!(
-            from != to && len <= self.context,
-            "copy_prefix({from}, {to}, {len})"
+            used <= table.len(),
+            "slot {slot}: {len} positions, {} blocks",
+            table.len()
         );
-        let hd = self.head_dim;
+        let o = head * KEY_BLOCK * self.head_dim;
+        HeadView {
+            keys: &self.keys[layer][o..],
+            values: &self.values[layer][o..],
+            table,
+            block_stride: self.block_stride(),
+        }
+    }
+
+    /// Copies block `from` into block `to`, every layer and head (copy-on-write).
+    pub(crate) fn copy_block(&mut self, from: u32, to: u32) {
+        let n = self.block_stride();
+        let (from, to) = (from as usize * n, to as usize * n);
         for layer in 0..self.keys.len() {
-            for h in 0..self.kv_heads {
-                let (src, dst) = (self.offset(from, h, 0), self.offset(to, h, 0));
-                let keys = &mut self.keys[layer];
-                // Whole blocks at once, then the positions of the last, partial block.
-                let full = len / KEY_BLOCK * KEY_BLOCK;
-                keys.copy_within(src..src + full * hd, dst);
-                for d in 0..hd {
-                    for p in full..len {
-                        keys[dst + key_index(hd, d, p)] = keys[src + key_index(hd, d, p)];
-                    }
-                }
-                self.values[layer].copy_within(src..src + len * hd, dst);
-            }
+            self.keys[layer].copy_within(from..from + n, to);
+            self.values[layer].copy_within(from..from + n, to);
         }
     }
 }
 
-/// Writes position `pos` of one slot's keys and values (`region`: the slot's part of a
-/// layer, `[kv_heads][stride * head_dim]` each) from `k` and `v` (all KV heads).
+/// Writes position `i` of one block (`region`: the block's part of a layer,
+/// `[kv_heads][16 * head_dim]` each) from `k` and `v` (all KV heads).
 fn write_position(
     region: (&mut [f16], &mut [f16]),
-    (kv_heads, hd, stride): (usize, usize, usize),
-    pos: usize,
+    (kv_heads, hd): (usize, usize),
+    i: usize,
     k: &[f32],
     v: &[f32],
 ) {
     let (keys, values) = region;
+    let per_head = KEY_BLOCK * hd;
     for h in 0..kv_heads {
-        let keys = &mut keys[h * stride * hd..(h + 1) * stride * hd];
+        let keys = &mut keys[h * per_head..(h + 1) * per_head];
         let mut kh = [f16::ZERO; 256];
         let kh = &mut kh[..hd];
         kh.convert_from_f32_slice(&k[h * hd..(h + 1) * hd]);
         for (d, kd) in kh.iter().enumerate() {
-            keys[key_index(hd, d, pos)] = *kd;
+            keys[key_index(hd, d, i)] = *kd;
         }
-        let o = (h * stride + pos) * hd;
+        let o = h * per_head + i * hd;
         values[o..o + hd].convert_from_f32_slice(&v[h * hd..(h + 1) * hd]);
     }
 }
@@ -228,11 +267,24 @@ fn write_position(
 mod tests {
     use super::*;
 
+    /// Dimension `d` of position `pos` of `slot`'s head `h`: (key, value), read through
+    /// the table.
+    fn at(kv: &KvSlab, layer: usize, slot: usize, h: usize, pos: usize, d: usize) -> (f32, f32) {
+        let view = kv.read(layer, slot, h, pos + 1);
+        let base = view.table[pos / KEY_BLOCK] as usize * view.block_stride;
+        let hd = kv.head_dim;
+        (
+            view.keys[base + key_index(hd, d, pos % KEY_BLOCK)].to_f32(),
+            view.values[base + (pos % KEY_BLOCK) * hd + d].to_f32(),
+        )
+    }
+
     #[test]
-    fn a_batch_write_equals_each_row_written_alone() {
+    fn a_batch_write_equals_each_row_written_alone_through_shuffled_tables() {
         // Decode rows of six slots in no order (enough to run in parallel), then a
-        // prompt's rows of one more slot crossing a key block, every element distinct.
-        let (kvh, hd, context) = (2, 8, 40);
+        // prompt's rows of one more slot crossing a block, every element distinct; the
+        // slots' blocks interleave in the pool.
+        let (kvh, hd, per) = (2, 8, 3);
         let mut rows: Vec<TokenRow> = [5, 0, 3, 1, 6, 2]
             .iter()
             .map(|&slot| TokenRow {
@@ -249,64 +301,61 @@ mod tests {
         let width = kvh * hd;
         let k: Vec<f32> = (0..rows.len() * width).map(|i| i as f32).collect();
         let v: Vec<f32> = k.iter().map(|x| -x - 1.0).collect();
+        let tables = |kv: &mut KvSlab| {
+            for s in 0..7 {
+                // Block b of slot s: pool block (b * 7 + 6 - s), so neighbours differ.
+                *kv.table_mut(s) = (0..per).map(|b| (b * 7 + 6 - s) as u32).collect();
+            }
+        };
         let (mut batch, mut alone) = (
-            KvSlab::new(2, kvh, hd, 7, context),
-            KvSlab::new(2, kvh, hd, 7, context),
+            KvSlab::new(2, kvh, hd, 7, 7 * per),
+            KvSlab::new(2, kvh, hd, 7, 7 * per),
         );
+        tables(&mut batch);
+        tables(&mut alone);
         batch.write_rows(1, &rows, &k, &v);
         for (i, r) in rows.iter().enumerate() {
             let at = i * width..(i + 1) * width;
             alone.write(1, r.slot, r.pos, &k[at.clone()], &v[at]);
         }
         for layer in 0..2 {
-            for slot in 0..7 {
-                for h in 0..kvh {
-                    let (a, b) = (
-                        batch.read(layer, slot, h, context),
-                        alone.read(layer, slot, h, context),
-                    );
-                    assert_eq!(a, b, "layer {layer} slot {slot} head {h}");
-                }
-            }
+            assert_eq!(&batch.keys[layer][..], &alone.keys[layer][..]);
+            assert_eq!(&batch.values[layer][..], &alone.values[layer][..]);
         }
-        let (k4, _) = batch.read(1, 4, 1, context);
-        assert_eq!(
-            k4[key_index(hd, 3, 16)].to_f32(),
-            (8 * width + hd + 3) as f32
-        );
+        // Row 8 (slot 4, position 16), head 1, dimension 3.
+        let want = (8 * width + hd + 3) as f32;
+        assert_eq!(at(&batch, 1, 4, 1, 16, 3), (want, -want - 1.0));
+        assert_eq!(at(&batch, 0, 4, 1, 16, 3), (0.0, 0.0));
     }
 
     #[test]
-    fn copy_prefix_copies_only_the_prefix_of_every_layer_and_head() {
-        // 21 positions: one whole key block and 5 of the next.
-        let (context, len) = (40, 21);
-        let mut kv = KvSlab::new(2, 2, 4, 3, context);
+    fn copy_block_copies_every_layer_and_head_of_one_block() {
+        let mut kv = KvSlab::new(2, 2, 4, 2, 4);
+        *kv.table_mut(0) = vec![1, 2];
+        *kv.table_mut(1) = vec![3];
         let row = |x: f32| vec![x; 8];
         for layer in 0..2 {
-            for pos in 0..context {
-                kv.write(
-                    layer,
-                    0,
-                    pos,
-                    &row(pos as f32 + 1.0),
-                    &row(-(pos as f32) - 1.0),
-                );
-                kv.write(layer, 2, pos, &row(100.0), &row(100.0));
+            for pos in 0..32 {
+                let x = pos as f32 + 1.0;
+                kv.write(layer, 0, pos, &row(x), &row(-x));
             }
         }
-        kv.copy_prefix(0, 2, len);
+        kv.copy_block(2, 3);
         for layer in 0..2 {
             for h in 0..2 {
-                let (k, v) = kv.read(layer, 2, h, context);
-                for pos in 0..context {
-                    let want = if pos < len { pos as f32 + 1.0 } else { 100.0 };
-                    for d in 0..4 {
-                        assert_eq!(k[key_index(4, d, pos)].to_f32(), want);
-                    }
-                    let want = if pos < len { -want } else { 100.0 };
-                    assert!(v[pos * 4..pos * 4 + 4].iter().all(|x| x.to_f32() == want));
+                for pos in 0..16 {
+                    let x = (pos + 17) as f32;
+                    assert_eq!(at(&kv, layer, 1, h, pos, 3), (x, -x));
                 }
             }
         }
+        assert_eq!(kv.block_stride(), 2 * 16 * 4);
+    }
+
+    #[test]
+    fn a_contiguous_pool_gives_each_slot_its_own_blocks_in_order() {
+        let kv = KvSlab::contiguous(1, 1, 8, 3, 40);
+        assert_eq!(kv.blocks, 9);
+        assert_eq!(kv.table(2), &[6, 7, 8]);
     }
 }

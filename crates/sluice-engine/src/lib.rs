@@ -5,12 +5,13 @@
 //! - Loading: [`load`] opens a GGUF file or a Hugging Face folder and builds its model and
 //!   [`Tokenizer`]; [`checkpoint`] says what a reload may swap in; [`warm_up`] runs one token.
 //! - Running: [`EngineHandle::start`] spawns the engine thread, which alone owns the model,
-//!   the KV slab and the slots; [`EngineHandle::submit`] queues a [`ValidRequest`] and
+//!   the KV cache and the slots; [`EngineHandle::submit`] queues a [`ValidRequest`] and
 //!   returns its stream of [`Event`]s.
 //! - Errors: [`ModelError`], [`TokenizerError`], [`SubmitError`], [`EngineError`].
 //!
 //! Inside, one way down: `handle` → `protocol` (the channel's types) ← `worker` →
-//! `sequence`, `scheduler` (pure policy), `sampling`, `model` → `kv`; `gguf` and `hf` under
+//! `sequence`, `scheduler` (pure policy), `sampling`, `cache` (→ `blocks`, `kv`), `model` →
+//! `kv`; `gguf` and `hf` under
 //! `model` and `tokenizer`; `error` and `config` are leaves. docs/ARCHITECTURE.md maps it.
 
 // No `unsafe` but the model file's memory map (`gguf.rs`, allowed there alone): parallel
@@ -18,6 +19,8 @@
 #![deny(unsafe_code)]
 
 mod beam;
+mod blocks;
+mod cache;
 pub mod checkpoint;
 mod config;
 mod constraint;
@@ -30,7 +33,6 @@ mod kv;
 mod load;
 mod metrics;
 mod model;
-mod prefix;
 mod protocol;
 mod reload;
 mod request;

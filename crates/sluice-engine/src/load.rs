@@ -93,7 +93,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
 /// not pay for cold caches and the compute threads.
 pub fn warm_up(model: &dyn Model) {
     let s = model.shape();
-    let mut kv = KvSlab::new(s.n_layers, s.n_kv_heads, s.head_dim, 1, 16);
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 16);
     let row = TokenRow {
         token: 0,
         slot: 0,

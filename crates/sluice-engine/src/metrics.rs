@@ -46,8 +46,18 @@ pub const WAITING: &str = "sluice_requests_waiting";
 pub const SLOTS_USED: &str = "sluice_kv_slots_used";
 /// Slots in the slab (not `_total`: promtool reserves that suffix for counters).
 pub const SLOTS_CAPACITY: &str = "sluice_kv_slots_capacity";
-/// Fraction of the slab's positions in use.
+/// Fraction of the KV pool's blocks held by running sequences.
 pub const KV_USAGE: &str = "sluice_kv_cache_usage_ratio";
+/// Blocks in the KV pool (not `_total`: promtool reserves that suffix for counters).
+pub const KV_BLOCKS_CAPACITY: &str = "sluice_kv_blocks_capacity";
+/// KV blocks held by running sequences.
+pub const KV_BLOCKS_USED: &str = "sluice_kv_blocks_used";
+/// KV blocks in the prefix cache (held or idle).
+pub const KV_BLOCKS_CACHED: &str = "sluice_kv_blocks_cached";
+/// Idle cached KV blocks evicted to make room.
+pub const KV_EVICTIONS_TOTAL: &str = "sluice_kv_evictions_total";
+/// Running sequences preempted (their blocks freed, their tokens computed again later).
+pub const PREEMPTIONS_TOTAL: &str = "sluice_preemptions_total";
 /// Version number of the loaded weights.
 pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
 /// Constrained requests admitted, by grammar kind.
@@ -126,6 +136,16 @@ pub struct Metrics {
     pub slots_total: IntGauge,
     /// See [`KV_USAGE`].
     pub kv_usage: Gauge,
+    /// See [`KV_BLOCKS_CAPACITY`].
+    pub kv_blocks_total: IntGauge,
+    /// See [`KV_BLOCKS_USED`].
+    pub kv_blocks_used: IntGauge,
+    /// See [`KV_BLOCKS_CACHED`].
+    pub kv_blocks_cached: IntGauge,
+    /// See [`KV_EVICTIONS_TOTAL`].
+    pub kv_evictions: IntCounter,
+    /// See [`PREEMPTIONS_TOTAL`].
+    pub preemptions: IntCounter,
     /// See [`WEIGHTS_VERSION`].
     pub weights_version: IntGauge,
     /// See [`BUILD_INFO`].
@@ -171,7 +191,7 @@ impl Metrics {
         let r = Registry::new();
         let kv_usage = Gauge::new(
             KV_USAGE,
-            "Fraction of KV slab positions holding live tokens.",
+            "Fraction of the KV pool's blocks held by running sequences.",
         )
         .expect("valid gauge");
         r.register(Box::new(kv_usage.clone()))
@@ -282,8 +302,17 @@ impl Metrics {
             running: gauge(&r, RUNNING, "Sequences running in slots."),
             waiting: gauge(&r, WAITING, "Requests waiting for a slot."),
             slots_used: gauge(&r, SLOTS_USED, "KV slots in use."),
-            slots_total: gauge(&r, SLOTS_CAPACITY, "KV slots in the slab."),
+            slots_total: gauge(&r, SLOTS_CAPACITY, "Most sequences running at once."),
             kv_usage,
+            kv_blocks_total: gauge(
+                &r,
+                KV_BLOCKS_CAPACITY,
+                "Blocks of 16 positions in the KV pool.",
+            ),
+            kv_blocks_used: gauge(&r, KV_BLOCKS_USED, "KV blocks held by running sequences."),
+            kv_blocks_cached: gauge(&r, KV_BLOCKS_CACHED, "KV blocks in the prefix cache."),
+            kv_evictions: counter(&r, KV_EVICTIONS_TOTAL, "Idle cached KV blocks evicted."),
+            preemptions: counter(&r, PREEMPTIONS_TOTAL, "Running sequences preempted."),
             weights_version: gauge(&r, WEIGHTS_VERSION, "Version number of the loaded weights."),
             build_info,
             registry: r,

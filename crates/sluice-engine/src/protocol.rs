@@ -46,6 +46,11 @@ pub(crate) struct Shared {
     /// Slots leased now (a sequence frees its slot before its request stops counting
     /// in `in_flight`).
     pub slots_used: Arc<AtomicUsize>,
+    /// KV blocks held by block tables now (a sequence lets go of its blocks before its
+    /// request stops counting in `in_flight`).
+    pub kv_blocks_used: Arc<AtomicUsize>,
+    /// The most KV blocks held at once so far.
+    pub kv_blocks_peak: Arc<AtomicUsize>,
     /// The engine holds a weight swap it has not applied yet (new requests wait for it).
     pub swap_pending: std::sync::atomic::AtomicBool,
 }

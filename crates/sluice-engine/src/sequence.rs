@@ -14,7 +14,7 @@ use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// One sequence occupying a slot.
 pub(crate) struct Sequence {
-    /// The slab row it owns; dropping the sequence frees it. Declared first, so it is
+    /// The block table it owns; dropping the sequence frees it. Declared first, so it is
     /// dropped (the slot freed) before `tx` ends the request's count in flight.
     pub lease: SlotLease,
     /// A beam search's other slots, freed with it.
@@ -44,6 +44,8 @@ pub(crate) struct Sequence {
     pub(crate) grammar_error: Option<String>,
     /// Positions of its slot whose keys and values are written (reused or computed).
     pub computed: usize,
+    /// Preempted: it holds no blocks and waits to compute its tokens again.
+    pub parked: bool,
     /// Tokens of the hypotheses a beam search returned (its completion tokens).
     beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
@@ -89,6 +91,7 @@ impl Sequence {
             guide,
             grammar_error: None,
             computed: reuse,
+            parked: false,
             beam_tokens: 0,
             prompt_scores,
             req,
@@ -108,9 +111,41 @@ impl Sequence {
     /// Rows it needs in the next step: the rest of its prompt, or one per live beam, or one.
     pub fn rows_wanted(&self) -> usize {
         if self.is_prefilling() {
-            return self.req.prompt.len() - self.computed;
+            return self.prefill_end() - self.computed;
         }
         self.beams.as_ref().map_or(1, |b| b.live.len())
+    }
+
+    /// Where its prefill ends: the prompt's end, or, after a preemption, the position of
+    /// its last sampled token (the next decode row computes that one).
+    pub fn prefill_end(&self) -> usize {
+        self.req.prompt.len() + self.generated().saturating_sub(1)
+    }
+
+    /// Whether its prefill computes positions it has computed before (after a
+    /// preemption): such rows want no logits.
+    pub fn recomputes(&self) -> bool {
+        self.generated() > 0
+    }
+
+    /// The token at position `pos`: the prompt's, then the generated ones.
+    pub fn token_at(&self, pos: usize) -> u32 {
+        let n = self.req.prompt.len();
+        if pos < n {
+            self.req.prompt[pos]
+        } else {
+            self.history.generated[pos - n]
+        }
+    }
+
+    /// Gives its computed positions up (preemption): it computes them again once it has
+    /// blocks. Prompt log-probabilities gathered so far are dropped with them.
+    pub fn park(&mut self) {
+        self.parked = true;
+        self.computed = 0;
+        if self.req.prompt_logprobs.is_some() && self.generated() == 0 {
+            self.prompt_scores.truncate(1);
+        }
     }
 
     /// Ends a beam search: its results, then the final event.
@@ -129,9 +164,9 @@ impl Sequence {
         self.finish(reason, now, version, metrics);
     }
 
-    /// Whether prompt positions remain to be computed.
+    /// Whether prompt (or recompute) positions remain to be computed.
     pub fn is_prefilling(&self) -> bool {
-        self.computed < self.req.prompt.len()
+        self.computed < self.prefill_end()
     }
 
     /// Sends the prompt's log-probabilities once they are complete; a request that asked

@@ -1,6 +1,7 @@
 //! The attention block: Q/K/V projections (optional bias), optional per-head QK-norm,
-//! RoPE, the KV slab write, attention over the slot's live positions (optional sliding
-//! window and logit soft-capping, any head size), and the output projection.
+//! RoPE, the KV pool write, attention over the slot's live positions read through its
+//! block table (optional sliding window and logit soft-capping, any head size), and the
+//! output projection.
 
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
@@ -208,13 +209,15 @@ impl Attention {
             let attn = |i: usize| {
                 let r = rows[i];
                 let len = r.pos + 1;
-                let (keys_t, values) = kv.read(layer, r.slot, kvh, len);
+                let view = kv.read(layer, r.slot, kvh, len);
                 Attn {
                     q: &q[(i * heads + kvh * group) * hd..][..group * hd],
                     hd,
-                    keys_t,
-                    stride: kv.stride,
-                    values,
+                    keys: view.keys,
+                    values: view.values,
+                    table: view.table,
+                    block_stride: view.block_stride,
+                    len,
                     scale,
                     start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
                     softcap: self.options.softcap,

@@ -1,7 +1,10 @@
 //! A tiny deterministic model for unit tests of the engine loop: no file, no weights.
 //! Greedy decoding from token `t` always gives `(t + step) % vocab`; it records every
 //! forward call, can hold its first call until the test releases it (so that a test can
-//! queue requests deterministically), and panics on [`PANIC_TOKEN`].
+//! queue requests deterministically), and panics on [`PANIC_TOKEN`]. In its summing form
+//! ([`FakeModel::summing`]) the next token is `(sum of the tokens at positions 0..=pos,
+//! read back from the KV pool through the slot's block table + step) % vocab`, so a block
+//! shared, copied or recomputed wrongly changes the tokens.
 
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -18,6 +21,8 @@ pub const PANIC_TOKEN: u32 = 31;
 pub struct FakeModel {
     shape: Shape,
     step: u32,
+    /// Whether the next token sums the sequence read back from the KV pool.
+    sums: bool,
     /// Every forward call's rows, in order.
     pub calls: Arc<Mutex<Vec<Vec<TokenRow>>>>,
     gate: Mutex<Option<Gate>>,
@@ -44,8 +49,18 @@ impl FakeModel {
                 attention_break_even: 0,
             },
             step,
+            sums: false,
             calls: Arc::default(),
             gate: Mutex::new(None),
+        }
+    }
+
+    /// A model whose next token is `(sum of the sequence's tokens + step) % VOCAB`, the
+    /// sum read from the KV pool (see the module documentation).
+    pub fn summing(step: u32) -> Self {
+        Self {
+            sums: true,
+            ..Self::new(step)
         }
     }
 
@@ -95,7 +110,20 @@ impl Model for FakeModel {
         }
         let mut logits = vec![0f32; want.len() * VOCAB];
         for (j, &i) in want.iter().enumerate() {
-            let next = (rows[i].token + self.step) as usize % VOCAB;
+            let r = rows[i];
+            let from = if self.sums {
+                // Value 0 of every position 0..=pos, through the table.
+                let view = kv.read(0, r.slot, 0, r.pos + 1);
+                (0..=r.pos)
+                    .map(|p| {
+                        let b = view.table[p / 16] as usize * view.block_stride;
+                        view.values[b + (p % 16) * 16].to_f32() as u32
+                    })
+                    .sum()
+            } else {
+                r.token
+            };
+            let next = (from + self.step) as usize % VOCAB;
             logits[j * VOCAB + next] = 10.0;
         }
         *out = logits;

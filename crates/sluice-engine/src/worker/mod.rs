@@ -1,26 +1,27 @@
-//! The engine thread: owns the model, the KV slab and the slots, and runs the loop
-//! queue -> admission into free slots (`admit.rs`) -> one step carrying every decoding
-//! sequence's row and prompt chunks (`step.rs`), freeing finished or cancelled slots
-//! between steps (docs/ARCHITECTURE.md, "The engine loop").
+//! The engine thread: owns the model, the KV cache and the slots, and runs the loop
+//! queue -> admission into free slots and blocks (`admit.rs`) -> one planned step carrying
+//! every decoding sequence's row and prompt chunks (`step.rs`), freeing finished or
+//! cancelled sequences' blocks between steps (docs/ARCHITECTURE.md, "The engine loop").
 
 mod admit;
 mod step;
 #[cfg(test)]
 mod tests;
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cache::KvCache;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::kv::KvSlab;
 use crate::metrics::Metrics;
 use crate::model::Model;
-use crate::prefix::SlotCache;
 use crate::protocol::{Command, EventSender, Queued, Shared};
 use crate::reload::{ReloadMode, Swap, Swapped};
 use crate::request::Event;
@@ -34,7 +35,9 @@ pub(crate) struct Worker {
     tok: Arc<Tokenizer>,
     config: EngineConfig,
     shared: Arc<Shared>,
-    kv: KvSlab,
+    /// The KV pool, its block tables and the prefix cache (their one owner), shared with
+    /// the slot leases, which let go of their blocks when dropped.
+    cache: Rc<RefCell<KvCache>>,
     pool: SlotPool,
     queue: VecDeque<Queued>,
     running: Vec<Sequence>,
@@ -44,8 +47,6 @@ pub(crate) struct Worker {
     pending: Option<Swap>,
     /// Label of the weights in use.
     version: Arc<str>,
-    /// What each slot's keys and values hold (docs/ARCHITECTURE.md, "Prefix reuse").
-    caches: Vec<SlotCache>,
     /// Steps run so far (the clock of least-recently-used eviction).
     tick: u64,
     /// The logits buffer, reused from step to step (`Model::forward_into`).
@@ -61,31 +62,37 @@ impl Worker {
         metrics: Arc<Metrics>,
     ) -> Self {
         let c = model.shape();
-        let kv = KvSlab::new(
+        let cache = KvCache::new(
             c.n_layers,
             c.n_kv_heads,
             c.head_dim,
             config.slots,
-            config.context,
+            config.kv_blocks(),
         );
         let seed_counter = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        shared.kv_base.store(kv.base_ptr(), Ordering::SeqCst);
+        shared
+            .kv_base
+            .store(cache.slab.base_ptr(), Ordering::SeqCst);
         metrics.weights_version.set(1);
+        metrics.kv_blocks_total.set(cache.total() as i64);
+        let mut cache = cache;
+        cache.held_gauge = shared.kv_blocks_used.clone();
+        cache.peak_gauge = shared.kv_blocks_peak.clone();
+        let cache = Rc::new(RefCell::new(cache));
         Self {
             pending: None,
             version: config.weights_version.as_str().into(),
-            pool: SlotPool::new(config.slots, shared.slots_used.clone()),
-            caches: vec![SlotCache::default(); config.slots],
+            pool: SlotPool::new(config.slots, cache.clone(), shared.slots_used.clone()),
             tick: 0,
             logits: Vec::new(),
             model,
             tok,
             config,
             shared,
-            kv,
+            cache,
             queue: VecDeque::new(),
             running: Vec::new(),
             seed_counter,
@@ -168,9 +175,7 @@ impl Worker {
         }
         let old = std::mem::replace(&mut self.model, swap.model);
         // Keys and values of the old weights are never reused with the new ones.
-        for c in &mut self.caches {
-            c.tokens.clear();
-        }
+        self.cache.borrow_mut().invalidate();
         self.version = swap.version.as_str().into();
         *self
             .shared
@@ -232,9 +237,11 @@ impl Worker {
         m.waiting
             .set(self.shared.waiting.load(Ordering::SeqCst) as i64);
         m.slots_used.set(self.pool.used() as i64);
-        let live: usize = self.running.iter().map(|s| s.computed).sum();
-        m.kv_usage
-            .set(live as f64 / (self.config.slots * self.config.context) as f64);
+        let c = self.cache.borrow();
+        m.kv_usage.set(c.used() as f64 / c.total().max(1) as f64);
+        m.kv_blocks_used.set(c.used() as i64);
+        m.kv_blocks_cached.set(c.cached() as i64);
+        m.kv_evictions.inc_by(c.evictions() - m.kv_evictions.get());
     }
 }
 

@@ -10,7 +10,7 @@ use crate::constraint::{Guide, SimpleVob};
 use crate::kv::TokenRow;
 use crate::request::PromptToken;
 use crate::sampling::{History, Sampled, SamplingParams, sample_with, scores};
-use crate::scheduler::{chunk_cost, chunk_rows};
+use crate::scheduler::{Need, plan_step};
 use crate::sequence::{Progress, Sequence};
 
 /// One sequence's sampling inputs, borrowed for the parallel pass of `sample_into`.
@@ -56,19 +56,112 @@ struct Part {
 }
 
 impl Worker {
+    /// What each running sequence asks of the next step (`scheduler::plan_step`'s input).
+    fn needs(&self) -> Vec<Need> {
+        let c = self.cache.borrow();
+        self.running
+            .iter()
+            .map(|s| {
+                let slot = s.lease.slot();
+                let mut n = Need {
+                    computed: s.computed,
+                    prefill_end: s.prefill_end(),
+                    held: c.held(slot),
+                    frees: c.freed_by(slot),
+                    preemptible: s.beams.is_none(),
+                    parked: s.parked,
+                    ..Need::default()
+                };
+                if s.parked {
+                    return n;
+                }
+                if let Some(search) = &s.beams {
+                    if !s.is_prefilling() {
+                        n.decode = search.live.len();
+                        n.decode_blocks = search
+                            .live
+                            .iter()
+                            .map(|b| {
+                                let pos = s.req.prompt.len() + b.tokens.len() - 1;
+                                c.needed(b.slot, pos, pos + 1)
+                            })
+                            .sum();
+                        return n;
+                    }
+                } else if !s.is_prefilling() {
+                    n.decode = 1;
+                    n.decode_blocks = c.needed(slot, s.computed, s.computed + 1);
+                    return n;
+                }
+                n.copy_first = c.shares_block_at(slot, s.computed);
+                n
+            })
+            .collect()
+    }
+
+    /// Preempts the sequences `plan_step` names: their blocks go back to the pool (cached
+    /// ones stay cached) and they compute their tokens again once resumed.
+    fn preempt(&mut self, which: &[usize]) {
+        for &i in which {
+            let s = &mut self.running[i];
+            self.cache.borrow_mut().free(s.lease.slot());
+            s.park();
+            self.metrics.preemptions.inc();
+        }
+    }
+
     /// Builds and runs one step; sequences that finish are dropped, freeing their slots.
     pub(super) fn step(&mut self) {
         if self.running.is_empty() {
             return;
         }
         self.tick += 1;
+        self.cache.borrow_mut().now = self.tick;
+        let decoding_now = self.running.iter().any(|s| !s.parked && !s.is_prefilling());
+        // Rows late in a prompt weigh more only to keep the decoding streams' steps short;
+        // with none decoding, nothing waits on this step: a prompt row is one token.
+        let break_even = if decoding_now {
+            self.model.shape().attention_break_even
+        } else {
+            0
+        };
+        let available = self.cache.borrow().available();
+        let plan = plan_step(
+            &self.needs(),
+            available,
+            self.config.max_batch_tokens,
+            break_even,
+        );
+        self.preempt(&plan.preempt);
         let mut seqs = std::mem::take(&mut self.running);
+        let mut counts = plan.rows;
+        // Blocks for every row about to be written, copies of shared ones first. The plan
+        // counted them; a sequence that still finds no room sits this step out.
+        let mut cache = self.cache.borrow_mut();
+        for (s, n) in seqs.iter().zip(&mut counts) {
+            if *n == 0 {
+                continue;
+            }
+            let ok = match &s.beams {
+                Some(search) if !s.is_prefilling() => search.live.iter().all(|b| {
+                    let pos = s.req.prompt.len() + b.tokens.len() - 1;
+                    cache.reserve(b.slot, pos, pos + 1).is_ok()
+                }),
+                _ => cache
+                    .reserve(s.lease.slot(), s.computed, s.computed + *n)
+                    .is_ok(),
+            };
+            if !ok {
+                *n = 0;
+            }
+        }
+        drop(cache);
         let mut rows = Vec::new();
         let mut want = Vec::new();
         let mut parts = vec![Part::default(); seqs.len()];
         // Decode rows first: a prompt never delays the streams already running.
-        for (s, part) in seqs.iter().zip(&mut parts) {
-            if s.is_prefilling() {
+        for ((s, part), &n) in seqs.iter().zip(&mut parts).zip(&counts) {
+            if n == 0 || s.is_prefilling() {
                 continue;
             }
             if let Some(search) = &s.beams {
@@ -110,48 +203,35 @@ impl Worker {
             });
         }
         let decode_rows = rows.len();
-        let mut budget = self.config.max_batch_tokens.saturating_sub(decode_rows);
-        // Rows late in a prompt weigh more only to keep the decoding streams' steps short;
-        // with none decoding, nothing waits on this step: a prompt row is one token.
-        let break_even = if decode_rows == 0 {
-            0
-        } else {
-            self.model.shape().attention_break_even
-        };
-        for (s, part) in seqs.iter().zip(&mut parts) {
-            if !s.is_prefilling() || budget == 0 {
+        for ((s, part), &n) in seqs.iter().zip(&mut parts).zip(&counts) {
+            if n == 0 || !s.is_prefilling() {
                 continue;
             }
-            let (from, len) = (s.computed, s.req.prompt.len());
-            // Rows late in a long prompt count more: their attention grows with position.
-            let to = from + chunk_rows(from, len - from, budget, break_even);
-            budget = budget.saturating_sub(chunk_cost(from, to - from, break_even));
-            let completes = to == len;
-            let all = s.req.prompt_logprobs.is_some();
+            let (from, to, len) = (s.computed, s.computed + n, s.req.prompt.len());
+            // Rows computed again after a preemption want no logits: their tokens are known.
+            let fresh = !s.recomputes();
+            let completes = to == s.prefill_end();
+            let all = fresh && s.req.prompt_logprobs.is_some();
             part.logits = want.len();
-            part.rows = to - from;
+            part.rows = n;
             part.prompt = true;
-            part.samples = completes && s.req.max_tokens > 0;
+            part.samples = fresh && completes && s.req.max_tokens > 0;
             for pos in from..to {
-                if all || pos + 1 == len {
+                if all || (fresh && pos + 1 == len) {
                     want.push(rows.len());
                 }
-                let slot = s.lease.slot();
                 rows.push(TokenRow {
-                    token: s.req.prompt[pos],
-                    slot,
+                    token: s.token_at(pos),
+                    slot: s.lease.slot(),
                     pos,
                 });
             }
             part.n_logits = want.len() - part.logits;
         }
-        for r in &rows {
-            let c = &mut self.caches[r.slot];
-            c.used_at = self.tick;
-            // Only a contiguous prefix is recorded (a reload clears busy slots too).
-            if c.tokens.len() == r.pos {
-                c.tokens.push(r.token);
-            }
+        if rows.is_empty() {
+            // Nothing could run (a beam search waiting for blocks): nobody moves.
+            self.running = seqs;
+            return;
         }
         let samples: Vec<bool> = parts.iter().map(|p| p.samples).collect();
         let t = Instant::now();
@@ -171,7 +251,19 @@ impl Worker {
         for (mut s, part) in seqs.into_iter().zip(parts) {
             let from = s.computed;
             s.computed += part.rows;
-            if let Some(n_top) = s.req.prompt_logprobs.filter(|_| part.prompt) {
+            if self.config.prefix_reuse && part.rows > 0 {
+                // Full blocks of the prompt (of a beam search: only those) and of the
+                // generated tokens join the prefix cache.
+                let upto = match s.beams {
+                    Some(_) => s.computed.min(s.req.prompt.len()),
+                    None => s.computed,
+                };
+                self.cache
+                    .borrow_mut()
+                    .publish(s.lease.slot(), |p| s.token_at(p), upto);
+            }
+            let fresh = !s.recomputes();
+            if let Some(n_top) = s.req.prompt_logprobs.filter(|_| part.prompt && fresh) {
                 for (k, pos) in (from..s.computed).enumerate() {
                     let Some(&next) = s.req.prompt.get(pos + 1) else {
                         break;
@@ -188,6 +280,7 @@ impl Worker {
                 }
             }
             if part.prompt
+                && fresh
                 && !s.is_prefilling()
                 && s.prompt_done(&self.version, &self.metrics) == Progress::Finished
             {
@@ -224,9 +317,8 @@ impl Worker {
             stop_strings: &s.req.stop_strings,
         };
         for c in search.advance(&rows, &self.tok, &lim) {
-            self.kv.copy_prefix(c.from, c.to, c.len);
-            let tokens = self.caches[c.from].tokens.get(..c.len).map(<[u32]>::to_vec);
-            self.caches[c.to].tokens = tokens.unwrap_or_default();
+            // Weights never change under a running beam search (a reload waits or ends it).
+            self.cache.borrow_mut().fork(c.from, c.to, c.len);
         }
         if search.live.is_empty() {
             s.finish_beams(&self.version, &self.metrics);
@@ -253,9 +345,11 @@ impl Worker {
             .filter_map(|(s, _)| Some((s.guide.as_mut()?, &mut s.grammar_error)))
             .collect();
         if work.is_empty() {
-            return self.model.forward_into(&mut self.kv, rows, want, logits);
+            let mut cache = self.cache.borrow_mut();
+            return self.model.forward_into(&mut cache.slab, rows, want, logits);
         }
-        let (model, kv, metrics) = (&self.model, &mut self.kv, &self.metrics);
+        let mut cache = self.cache.borrow_mut();
+        let (model, kv, metrics) = (&self.model, &mut cache.slab, &self.metrics);
         std::thread::scope(|scope| {
             let masks = scope.spawn(move || {
                 let t = Instant::now();

@@ -3,7 +3,7 @@
 
 use super::exp_fast;
 use super::softmax::max_body;
-use crate::layout::{Attn, key_index};
+use crate::layout::{Attn, KEY_BLOCK, block_runs};
 
 /// Softmax in place over `s`; returns 1 / the sum of the exponentials.
 #[inline(always)]
@@ -19,7 +19,8 @@ pub(crate) fn softmax_unnormalised(s: &mut [f32]) -> f32 {
     1.0 / sums.iter().sum::<f32>()
 }
 
-/// Plain loops: the definition the AVX-512 path follows.
+/// Plain loops: the definition the AVX-512 path follows. Each score is one chain of
+/// multiply-adds over `d`; each output sums its positions in order.
 #[inline(always)]
 pub(crate) fn attend_body(
     a: &Attn,
@@ -29,18 +30,24 @@ pub(crate) fn attend_body(
 ) {
     let hd = a.hd;
     let g = a.q.len() / hd;
-    let (start, end) = (a.start, a.values.len() / hd);
+    let (start, end) = (a.start, a.len);
     assert!(start < end && out.len() == g * hd, "attention shapes");
+    a.check_blocks(start, end);
     let len = end - start;
     scores.clear();
     scores.resize(g * len, 0.0);
-    // Closures would be compiled without the caller's target features: plain loops.
-    for d in 0..hd {
-        for h in 0..g {
-            let qd = a.q[h * hd + d] * a.scale;
-            let s = &mut scores[h * len..(h + 1) * len];
-            for (si, p) in s.iter_mut().zip(start..end) {
-                *si = fma(qd, a.keys_t[key_index(hd, d, p)].to_f32_const(), *si);
+    // Closures would be compiled without the caller's target features: plain loops. A
+    // block at a time: inside one, a dimension's keys are adjacent.
+    for (b, run) in block_runs(start, end) {
+        let kb = &a.keys[a.block(b)..][..hd * KEY_BLOCK];
+        let (from, to) = (run.start % KEY_BLOCK, (run.end - 1) % KEY_BLOCK + 1);
+        for (d, k) in kb.chunks_exact(KEY_BLOCK).enumerate() {
+            for h in 0..g {
+                let qd = a.q[h * hd + d] * a.scale;
+                let s = &mut scores[h * len + run.start - start..][..to - from];
+                for (si, k) in s.iter_mut().zip(&k[from..to]) {
+                    *si = fma(qd, k.to_f32_const(), *si);
+                }
             }
         }
     }
@@ -54,9 +61,13 @@ pub(crate) fn attend_body(
         let s = &mut scores[h * len..(h + 1) * len];
         let inv = softmax_unnormalised(s);
         let o = &mut out[h * hd..(h + 1) * hd];
-        for (p, v) in s.iter().zip(a.values[start * hd..].chunks_exact(hd)) {
-            for (oi, vi) in o.iter_mut().zip(v) {
-                *oi = fma(*p, vi.to_f32_const(), *oi);
+        for (b, run) in block_runs(start, end) {
+            let vb = &a.values[a.block(b)..][..hd * KEY_BLOCK];
+            let rows = vb.chunks_exact(hd).skip(run.start % KEY_BLOCK);
+            for (p, v) in s[run.start - start..run.end - start].iter().zip(rows) {
+                for (oi, vi) in o.iter_mut().zip(v) {
+                    *oi = fma(*p, vi.to_f32_const(), *oi);
+                }
             }
         }
         for oi in o.iter_mut() {

@@ -1,10 +1,8 @@
 //! What the tile kernels of `attention::attend_rows` (`avx2::rows`, `avx512::rows`) share
-//! beside their vector code: the tile's shape, checked; its queries scaled and laid out for
-//! broadcasting; each query's soft-cap and softmax over its own positions; the positions
-//! each query takes. Plain code, inlined into each kernel (and so compiled with its
-//! features).
-
-use half::f16;
+//! beside their vector code: the tile's shape and block table, checked; its queries scaled
+//! and laid out for broadcasting; each query's soft-cap and softmax over its own positions;
+//! the positions each query takes. Plain code, inlined into each kernel (and so compiled
+//! with its features).
 
 use crate::layout::Attn;
 use crate::plain::softmax_unnormalised;
@@ -26,16 +24,18 @@ pub(crate) struct Tile<'t, 'a> {
 }
 
 impl<'t, 'a> Tile<'t, 'a> {
-    /// The shape of `tile`, checked: every row has the same keys, values, head size, scale
-    /// and soft-cap, a head size and key stride that are multiples of `align`, at most
-    /// `queries` queries in all, and `out_len` outputs.
+    /// The shape of `tile`, checked: every row has the same keys, values, block table,
+    /// block stride, head size, scale and soft-cap, a head size that is a multiple of
+    /// `align`, at most `queries` queries in all, and `out_len` outputs; and the blocks of
+    /// the tile's positions are inside the pools (`Attn::check_blocks`), so the kernels
+    /// may read any of them whole.
     #[inline(always)]
     pub fn new(tile: &'t [Attn<'a>], queries: usize, align: usize, out_len: usize) -> Self {
         let a0 = &tile[0];
         let hd = a0.hd;
         let g = a0.q.len() / hd;
         let nq = tile.len() * g;
-        let ends: Vec<usize> = tile.iter().map(|a| a.values.len() / hd).collect();
+        let ends: Vec<usize> = tile.iter().map(|a| a.len).collect();
         let t = Self {
             tile,
             hd,
@@ -51,28 +51,24 @@ impl<'t, 'a> Tile<'t, 'a> {
             hd.is_multiple_of(align)
                 && nq <= queries
                 && out_len == nq * hd
-                && t.max_end <= a0.stride
-                && a0.stride.is_multiple_of(align)
-                && a0.keys_t.len() >= hd * a0.stride
-                && tile.iter().zip(&t.ends).all(|(a, &e)| {
+                && tile.iter().all(|a| {
                     a.hd == hd
                         && a.q.len() == g * hd
-                        && a.start < e
-                        && a.stride == a0.stride
-                        && a.keys_t.as_ptr() == a0.keys_t.as_ptr()
-                        && a.values.as_ptr() == a0.values.as_ptr()
+                        && a.start < a.len
+                        && std::ptr::eq(a.keys, a0.keys)
+                        && std::ptr::eq(a.values, a0.values)
+                        && std::ptr::eq(a.table, a0.table)
+                        && a.block_stride == a0.block_stride
                         && a.scale == a0.scale
                         && a.softcap == a0.softcap
                 }),
             "attention tile shapes"
         );
+        // The row that reaches furthest: its blocks, from the tile's first position, are
+        // the tile's (the rows share the table).
+        let last = t.ends.iter().position(|&e| e == t.max_end);
+        tile[last.expect("a row")].check_blocks(t.min_start, t.max_end);
         t
-    }
-
-    /// The values of the row that reaches furthest (the others' are prefixes of them).
-    pub fn values(&self) -> &'a [f16] {
-        let last = self.ends.iter().position(|&e| e == self.max_end);
-        self.tile[last.expect("a row")].values
     }
 
     /// The scaled queries, query `j`'s dimension `d` at `[d * queries + j]` (zero past

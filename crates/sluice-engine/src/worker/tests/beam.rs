@@ -89,5 +89,6 @@ fn a_client_leaving_mid_search_frees_every_slot() {
     h.release.send(()).unwrap();
     wait_idle(&h.e);
     assert_eq!(h.e.slots_used(), 0);
+    assert_eq!(h.e.kv_blocks_used(), 0);
     assert_eq!(h.calls.lock().unwrap().len(), 3);
 }

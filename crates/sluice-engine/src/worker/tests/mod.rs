@@ -5,6 +5,7 @@
 
 mod beam;
 mod constraint;
+mod pool;
 mod prefill;
 
 use std::collections::HashMap;

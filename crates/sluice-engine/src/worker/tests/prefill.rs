@@ -1,5 +1,6 @@
 //! Chunked prefill, prefix reuse, shared prefills and prompt log-probabilities, with the
-//! fake model (docs/ARCHITECTURE.md, "Chunked prefill", "Prefix reuse").
+//! fake model (docs/ARCHITECTURE.md, "Chunked prefill", "Prefix reuse"). `pool.rs` has the
+//! tests of the KV pool itself.
 
 use super::{chain, config, drain, engine, engine_held_at, engine_of, wait_idle};
 use crate::model::TokenRow;
@@ -101,12 +102,14 @@ fn a_prompt_that_begins_like_a_cached_one_computes_only_the_rest() {
         let first: Vec<(usize, usize)> = calls[n0].iter().map(|r| (r.slot, r.pos)).collect();
         assert_eq!(
             first,
-            vec![(0, 20), (0, 21), (0, 22)],
-            "only the new tokens, in the cached slot"
+            (16..23).map(|p| (0, p)).collect::<Vec<_>>(),
+            "the cached whole block reused, the rest computed"
         );
     }
     let m = e.metrics();
-    assert_eq!((m.prefix_queries.get(), m.prefix_hits.get()), (43, 20));
+    assert_eq!((m.prefix_queries.get(), m.prefix_hits.get()), (43, 16));
+    wait_idle(e);
+    assert_eq!(e.kv_blocks_used(), 0);
     // cache_prompt: false computes everything.
     let mut off = ValidRequest::greedy(longer.clone(), 2);
     off.cache_prompt = false;
@@ -202,27 +205,28 @@ fn clients_leaving_during_a_chunked_or_shared_prefill_free_every_slot() {
     drop(leader);
     drop(gone);
     h.release.send(()).unwrap();
-    // The leader's client left mid-prefill: a follower takes over from the positions it
-    // left in the slab, the other copies from that one.
+    // The leader's client left mid-prefill: a follower takes the two whole blocks it
+    // left in the cache, the other shares that one's prompt.
     for rx in followers {
         assert_eq!(drain(rx).0, chain(20, 1, 2));
     }
     wait_idle(&h.e);
     assert_eq!(h.e.slots_used(), 0);
+    assert_eq!(h.e.kv_blocks_used(), 0);
     let m = h.e.metrics();
     assert_eq!(
         m.requests.with_label_values(&["engine", "cancelled"]).get(),
         2
     );
-    // 38 positions of the leader's two chunks, then 49 copied.
-    assert_eq!(m.prefix_hits.get(), 38 + 49);
+    // 32 positions of the leader's two chunks (whole blocks), then 49 shared.
+    assert_eq!(m.prefix_hits.get(), 32 + 49);
 }
 
 #[test]
-fn requests_sharing_a_prefix_but_not_a_request_are_not_serialised() {
+fn requests_sharing_less_than_a_block_are_not_serialised() {
     let h = engine(1, config(4));
     let blocker = h.hold(ValidRequest::greedy(vec![1], 2));
-    let system = cycle(24);
+    let system = cycle(14);
     let with_tail = |t: u32| {
         let p: Vec<u32> = system.iter().copied().chain([t, t]).collect();
         h.e.submit(ValidRequest::greedy(p, 2)).unwrap()
@@ -233,9 +237,10 @@ fn requests_sharing_a_prefix_but_not_a_request_are_not_serialised() {
     assert_eq!(drain(b).0, chain(3, 1, 2));
     drain(blocker);
     let calls = h.calls.lock().unwrap();
-    // Both prompts go into the step after the held one, whole: neither waits for the other.
-    assert_eq!(rows_of(&calls[1], 1).len(), 26);
-    assert_eq!(rows_of(&calls[1], 2).len(), 26);
+    // Both prompts go into the step after the held one, whole: neither waits for the
+    // other, as they have no whole block to share.
+    assert_eq!(rows_of(&calls[1], 1).len(), 16);
+    assert_eq!(rows_of(&calls[1], 2).len(), 16);
 }
 
 #[test]

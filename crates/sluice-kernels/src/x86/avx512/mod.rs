@@ -8,7 +8,7 @@ pub(crate) mod rows;
 
 use std::arch::x86_64::*;
 
-use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, key_index};
+use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out};
 use crate::plain::softmax_unnormalised;
 use crate::x86::avx2::prefetch_values;
 
@@ -55,8 +55,9 @@ unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
 
 /// AVX-512: 16 positions' scores at a time for the heads of the group, up to 4 at a time
 /// (one f16 key row load feeds each of them), then the values in 64-wide column strips.
-/// A decode step reads a slot's keys and values from memory: the next key block and this
-/// block's values are asked for while the scores are taken.
+/// A block of 16 positions at a time, found through the table. A decode step reads a
+/// sequence's keys and values from memory: the next key block and this block's values are
+/// asked for while the scores are taken.
 #[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
 pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     // SAFETY: forwarded (the features are this function's).
@@ -76,19 +77,18 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     let hd = a.hd;
     let g = a.q.len() / hd;
-    let len = a.values.len() / hd;
+    let len = a.len;
     let lp = len.next_multiple_of(16);
     assert!(
-        len <= a.stride && a.stride.is_multiple_of(16) && a.keys_t.len() >= hd * a.stride,
+        a.plain() && len > 0 && out.len() == g * hd && hd.is_multiple_of(16),
         "attention shapes"
     );
-    assert!(
-        out.len() == g * hd && hd.is_multiple_of(16),
-        "attention output"
-    );
+    // Every block of positions 0..len is inside both pools: whole blocks may be read.
+    a.check_blocks(0, len);
+    let blocks = len.div_ceil(KEY_BLOCK);
     scores.clear();
     scores.resize(g.next_multiple_of(H) * lp, 0.0);
-    let kp = a.keys_t.as_ptr() as *const u16;
+    let kp = a.keys.as_ptr() as *const u16;
     let vp = a.values.as_ptr() as *const u16;
     // The pass's queries, scaled, as `qs[d * H + h]` (zero past the group's heads).
     let mut qs = vec![0f32; hd * H];
@@ -103,18 +103,22 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
                 };
             }
         }
-        let mut p = 0;
-        while p < len {
-            // SAFETY: p + 16 <= stride (both multiples of 16, p < len <= stride), so key
-            // block p / 16, which holds the 16 keys of every dimension d < hd, is inside
-            // `keys_t`; scores has H * lp room; prefetches never fault.
+        for b in 0..blocks {
+            let p = b * KEY_BLOCK;
+            let at = a.block(b);
+            // SAFETY: `check_blocks` saw block b inside both pools, so its 16 keys of every
+            // dimension d < hd (`at + d * 16..+16`) are in bounds; scores has H * lp room
+            // and the stores end at p + 16 <= lp; prefetches never fault.
             unsafe {
-                let kb = kp.add(key_index(hd, 0, p));
+                let kb = kp.add(at);
                 if h0 == 0 {
-                    // The next key block (contiguous halves), and this block's values.
-                    let next = key_index(hd, 0, p) + hd * KEY_BLOCK;
-                    prefetch_values(kp, next, next + hd * KEY_BLOCK);
-                    prefetch_values(vp, p * hd, (p + 16).min(len) * hd);
+                    // The next key block (contiguous halves, wherever the table puts it),
+                    // and this block's values.
+                    if b + 1 < blocks {
+                        let next = a.block(b + 1);
+                        prefetch_values(kp, next, next + hd * KEY_BLOCK);
+                    }
+                    prefetch_values(vp, at, at + (len - p).min(KEY_BLOCK) * hd);
                 }
                 let mut acc = [_mm512_setzero_ps(); H];
                 for d in 0..hd {
@@ -130,7 +134,6 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
                     _mm512_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p), *acc);
                 }
             }
-            p += 16;
         }
         let mut inv = [0f32; H];
         for (h, inv) in inv.iter_mut().enumerate().take(gh) {
@@ -138,20 +141,26 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
         }
         for c0 in (0..hd).step_by(64) {
             let strips = ((hd - c0) / 16).min(4);
-            // SAFETY: every value row p < len has hd halves; columns c0 + 16i < hd.
+            // SAFETY: the block of every position p < len is inside `values`
+            // (`check_blocks`) and holds the position's hd halves at `(p % 16) * hd`;
+            // columns c0 + 16i < hd; weights are read inside `scores`.
             unsafe {
                 let mut acc = [[_mm512_setzero_ps(); 4]; H];
-                for p in 0..len {
-                    let mut v = [_mm512_setzero_ps(); 4];
-                    for (i, v) in v.iter_mut().enumerate().take(strips) {
-                        *v = _mm512_cvtph_ps(_mm256_loadu_si256(
-                            vp.add(p * hd + c0 + 16 * i) as *const __m256i
-                        ));
-                    }
-                    for (h, acc) in acc.iter_mut().enumerate() {
-                        let w = _mm512_set1_ps(*scores.get_unchecked((h0 + h) * lp + p));
-                        for i in 0..4 {
-                            acc[i] = _mm512_fmadd_ps(w, v[i], acc[i]);
+                for b in 0..blocks {
+                    let vb = vp.add(a.block(b) + c0);
+                    for p in b * KEY_BLOCK..((b + 1) * KEY_BLOCK).min(len) {
+                        let row = vb.add(p % KEY_BLOCK * hd);
+                        let mut v = [_mm512_setzero_ps(); 4];
+                        for (i, v) in v.iter_mut().enumerate().take(strips) {
+                            *v = _mm512_cvtph_ps(_mm256_loadu_si256(
+                                row.add(16 * i) as *const __m256i
+                            ));
+                        }
+                        for (h, acc) in acc.iter_mut().enumerate() {
+                            let w = _mm512_set1_ps(*scores.get_unchecked((h0 + h) * lp + p));
+                            for i in 0..4 {
+                                acc[i] = _mm512_fmadd_ps(w, v[i], acc[i]);
+                            }
                         }
                     }
                 }

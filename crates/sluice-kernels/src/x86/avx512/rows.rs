@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::{Attn, KEY_BLOCK, key_index};
+use crate::layout::{Attn, KEY_BLOCK, block_runs};
 use crate::x86::attention_tile::Tile;
 use crate::x86::avx2::prefetch_values;
 
@@ -17,18 +17,18 @@ pub(crate) const QUERIES: usize = 24;
 /// Queries one pass over the keys or the values carries.
 const PASS: usize = 12;
 
-/// Attention of every `Attn` in `tile` (one row each, same keys, values, head size, scale
-/// and soft-cap; `g = q.len() / hd` heads each, `tile.len() * g <= QUERIES`, `hd` a
-/// multiple of 16) into `out` (`tile.len() x g x hd`, in tile order).
+/// Attention of every `Attn` in `tile` (one row each, same keys, values, block table, head
+/// size, scale and soft-cap; `g = q.len() / hd` heads each, `tile.len() * g <= QUERIES`,
+/// `hd` a multiple of 16) into `out` (`tile.len() x g x hd`, in tile order).
 ///
 /// # Safety
-/// The CPU must have AVX-512F, FMA and F16C. Shapes are checked.
+/// The CPU must have AVX-512F, FMA and F16C. Shapes and the block table are checked.
 #[target_feature(enable = "avx512f,fma,f16c")]
 pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
+    // Checks the shapes, and the blocks of min_start..max_end against the pools.
     let t = Tile::new(tile, QUERIES, KEY_BLOCK, out.len());
     let (a0, hd, nq) = (&tile[0], t.hd, t.nq);
     let (min_start, max_end) = (t.min_start, t.max_end);
-    let values = t.values();
     // Whole key blocks: one 16-position vector per dimension.
     let (p0, p1) = (
         min_start / KEY_BLOCK * KEY_BLOCK,
@@ -38,21 +38,25 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
     scores.clear();
     scores.resize(QUERIES * lp, 0.0);
     let qs = t.scaled_queries(QUERIES);
-    let kp = a0.keys_t.as_ptr() as *const u16;
-    let vp = values.as_ptr() as *const u16;
+    let kp = a0.keys.as_ptr() as *const u16;
+    let vp = a0.values.as_ptr() as *const u16;
     for j0 in (0..nq).step_by(PASS) {
-        for p in (p0..p1).step_by(KEY_BLOCK) {
-            // SAFETY: p + 16 <= p1 <= stride, so the key block of position p is inside
-            // `keys_t`; `qs` has hd * QUERIES values; `scores` has QUERIES * lp and row
-            // j's stores end at p - p0 + 16 <= lp.
+        for b in p0 / KEY_BLOCK..p1 / KEY_BLOCK {
+            let p = b * KEY_BLOCK;
+            let at = a0.block(b);
+            // SAFETY: `Tile::new` saw block b (it holds positions of min_start..max_end)
+            // inside both pools, so its 16 keys of every dimension d < hd are in bounds;
+            // `qs` has hd * QUERIES values; `scores` has QUERIES * lp and row j's stores
+            // end at p + 16 - p0 <= lp. Prefetches never fault.
             unsafe {
                 if j0 == 0 {
                     // The values of these positions, asked for now: the weighted sums
                     // read them after all the scores.
-                    prefetch_values(vp, p.max(min_start) * hd, (p + KEY_BLOCK).min(max_end) * hd);
+                    let (v0, v1) = (p.max(min_start) - p, (p + KEY_BLOCK).min(max_end) - p);
+                    prefetch_values(vp, at + v0 * hd, at + v1 * hd);
                 }
                 let mut acc = [_mm512_setzero_ps(); PASS];
-                let kb = kp.add(key_index(hd, 0, p));
+                let kb = kp.add(at);
                 for d in 0..hd {
                     let k = _mm512_cvtph_ps(_mm256_loadu_si256(
                         kb.add(d * KEY_BLOCK) as *const __m256i
@@ -79,11 +83,12 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
         let mut c0 = 0;
         while c0 < hd {
             let two = c0 + 32 <= hd;
-            // SAFETY: every value row p < max_end has hd halves inside `values`, and
-            // c0 + 16 (c0 + 32 when `two`) <= hd; weights are read inside `scores`.
+            // SAFETY: the block of every position min_start <= p < max_end is inside
+            // `values` (`Tile::new`) and holds the position's hd halves at
+            // `(p % 16) * hd`, and c0 + 16 (c0 + 32 when `two`) <= hd; weights are read
+            // inside `scores`.
             unsafe {
                 let w = scores.as_ptr().add(j0 * lp).wrapping_sub(p0);
-                let at = vp.add(c0);
                 let mut acc = [[_mm512_setzero_ps(); 2]; PASS];
                 // Positions before and after the common range: each query its own.
                 let own = |p: usize| -> [__mmask16; PASS] {
@@ -92,15 +97,28 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
                         if mine { 0xFFFF } else { 0 }
                     })
                 };
-                // In order of position, as each row alone sums them.
-                for p in min_start..common.0 {
-                    acc = weigh(acc, w, lp, at, hd, p, two, own(p));
+                // A block at a time, each position's values row found through the table;
+                // in order of position, as each row alone sums them.
+                for (b, run) in block_runs(min_start, common.0) {
+                    let vb = vp.add(a0.block(b) + c0);
+                    for p in run {
+                        let row = vb.add(p % KEY_BLOCK * hd);
+                        acc = weigh(acc, w, lp, row, p, two, own(p));
+                    }
                 }
-                for p in common.0..common.1 {
-                    acc = weigh(acc, w, lp, at, hd, p, two, [0xFFFF; PASS]);
+                for (b, run) in block_runs(common.0, common.1) {
+                    let vb = vp.add(a0.block(b) + c0);
+                    for p in run {
+                        let row = vb.add(p % KEY_BLOCK * hd);
+                        acc = weigh(acc, w, lp, row, p, two, [0xFFFF; PASS]);
+                    }
                 }
-                for p in common.1..max_end {
-                    acc = weigh(acc, w, lp, at, hd, p, two, own(p));
+                for (b, run) in block_runs(common.1, max_end) {
+                    let vb = vp.add(a0.block(b) + c0);
+                    for p in run {
+                        let row = vb.add(p % KEY_BLOCK * hd);
+                        acc = weigh(acc, w, lp, row, p, two, own(p));
+                    }
                 }
                 for (j, acc) in acc.iter().enumerate().take(nq - j0) {
                     let o = out.as_mut_ptr().add((j0 + j) * hd + c0);
@@ -116,30 +134,27 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
     }
 }
 
-/// Adds position `p`'s values (columns `at[p * hd..]`, 16 or 32 of them with `two`) times
-/// each query's weight (`w[j * lp + p]`) to its accumulators, where `mask` lets it.
-/// Taking and returning the accumulators by value keeps them in registers.
+/// Adds position `p`'s values (16 columns at `row`, 32 with `two`) times each query's
+/// weight (`w[j * lp + p]`) to its accumulators, where `mask` lets it. Taking and
+/// returning the accumulators by value keeps them in registers.
 ///
 /// # Safety
-/// As `attend_rows`: position `p`'s values and every weight read are in bounds.
+/// As `attend_rows`: the values at `row` and every weight read are in bounds.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn weigh(
     mut acc: [[__m512; 2]; PASS],
     w: *const f32,
     lp: usize,
-    at: *const u16,
-    hd: usize,
+    row: *const u16,
     p: usize,
     two: bool,
     mask: [__mmask16; PASS],
 ) -> [[__m512; 2]; PASS] {
     // SAFETY: forwarded from the caller.
     unsafe {
-        let at = at.add(p * hd);
-        let v0 = _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i));
+        let v0 = _mm512_cvtph_ps(_mm256_loadu_si256(row as *const __m256i));
         let v1 = if two {
-            _mm512_cvtph_ps(_mm256_loadu_si256(at.add(16) as *const __m256i))
+            _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16) as *const __m256i))
         } else {
             v0
         };
