@@ -1,0 +1,80 @@
+//! The checked configuration's sections (`ServeArgs::config` builds them), and what
+//! follows the model once it is loaded (`Config::fit_to_model`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sluice_engine::EngineConfig;
+
+use crate::validation::Limits;
+
+/// Which model to serve and under what name.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// What replaces parts of the file (tokenizer, chat template).
+    pub load: sluice_engine::LoadOptions,
+    /// The id clients use.
+    pub name: String,
+}
+
+/// The HTTP server.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Address to listen on (host:port).
+    pub address: String,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// API keys (empty: open).
+    pub api_keys: Vec<String>,
+    /// CORS origins (empty: no CORS headers).
+    pub cors_origins: Vec<String>,
+    /// `--tool-call-parser` (`None`: from the chat template).
+    pub tool_parser: Option<crate::tools::ToolFormat>,
+    /// Serve the chat page at `/`.
+    pub ui: bool,
+    /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
+    pub shutdown_grace: Duration,
+    /// Connection limits.
+    pub conn: crate::http::conn::ConnLimits,
+}
+
+/// The admin API (present only with a token).
+#[derive(Clone, Debug)]
+pub struct AdminConfig {
+    /// The bearer token.
+    pub token: String,
+    /// Directories reloads may read.
+    pub reload_dirs: Vec<PathBuf>,
+}
+
+/// Values that follow the model's context once it is loaded (their flags were not given).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Auto {
+    /// `--context`.
+    pub context: bool,
+    /// `--max-prompt-tokens`.
+    pub max_prompt_tokens: bool,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: bool,
+}
+
+/// Everything the server runs on, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// What `fit_to_model` sets.
+    pub auto: Auto,
+    /// The model.
+    pub model: ModelConfig,
+    /// The engine.
+    pub engine: EngineConfig,
+    /// Request limits (validation).
+    pub limits: Limits,
+    /// The HTTP server.
+    pub http: HttpConfig,
+    /// The admin API.
+    pub admin: Option<AdminConfig>,
+    /// Log format: `text` or `json`.
+    pub log_format: String,
+}
