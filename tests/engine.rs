@@ -59,17 +59,7 @@ fn prompt_of(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
         "river", "stone", "the", "light", "of", "morning", "falls", "across", "a", "quiet",
         "valley", "where",
     ];
-    let mut text = String::new();
-    let mut i = salt;
-    loop {
-        text.push_str(words[i % words.len()]);
-        text.push(' ');
-        i = i * 7 + 3;
-        let ids = tok.encode(&text).unwrap();
-        if ids.len() >= n {
-            return ids[..n].to_vec();
-        }
-    }
+    common::text_prompt(tok, "", &words, n, salt)
 }
 
 fn request(tok: &Tokenizer, i: usize) -> ValidRequest {

@@ -37,20 +37,11 @@ async fn ids(mut rx: sluice::engine::EventStream) -> Vec<u32> {
 
 /// A prompt of `n` tokens: a shared opening (so blocks are shared) and then its own text.
 fn prompt(tok: &Tokenizer, n: usize, salt: usize) -> Vec<u32> {
-    let mut text = String::from("Notes from the river survey, kept by the station crew: ");
+    let opening = "Notes from the river survey, kept by the station crew: ";
     let words = [
         "stone", "light", "morning", "valley", "bridge", "water", "field", "north",
     ];
-    let mut i = salt;
-    loop {
-        text.push_str(words[i % words.len()]);
-        text.push(' ');
-        i = i * 7 + 3;
-        let ids = tok.encode(&text).unwrap();
-        if ids.len() >= n {
-            return ids[..n].to_vec();
-        }
-    }
+    common::text_prompt(tok, opening, &words, n, salt)
 }
 
 fn request(tok: &Tokenizer, i: usize) -> ValidRequest {
@@ -87,4 +78,36 @@ async fn a_pool_too_small_for_all_preempts_and_each_answer_equals_its_answer_alo
     assert!(m.preemptions.get() > 0, "the pool was meant to run out");
     assert!(m.prefix_hits.get() > 0, "the shared opening was reused");
     assert_eq!(eng.kv_blocks_used(), 0);
+}
+
+#[test]
+fn a_beam_search_whose_beams_cannot_fit_the_pool_is_a_400_naming_the_numbers() {
+    use sluice::validation::{self, Limits, ValidationError};
+    let tok = common::load().tokenizer;
+    let mut limits = Limits::for_context(1024);
+    limits.slots = 8;
+    limits.kv_tokens = 2048;
+    let req = |max_tokens: usize| -> sluice::api::CompletionRequest {
+        serde_json::from_value(serde_json::json!({
+            "prompt": "The river", "use_beam_search": true, "best_of": 4, "n": 1,
+            "max_tokens": max_tokens, "logprobs": 0
+        }))
+        .unwrap()
+    };
+    // 4 beams x 500 + the prompt fit in 2,048 positions; 4 x 600 do not, although each
+    // beam alone fits the context of 1,024.
+    assert!(validation::completion(&req(500), &tok, None, &limits, "m").is_ok());
+    match validation::completion(&req(600), &tok, None, &limits, "m") {
+        Err(ValidationError::ContextLength { param, message }) => {
+            assert_eq!(param, "max_tokens");
+            assert!(
+                message.contains("4 beams x 600") && message.contains("2048"),
+                "{message}"
+            );
+        }
+        other => panic!(
+            "expected a context-length refusal, got {:?}",
+            other.map(|_| ())
+        ),
+    }
 }

@@ -62,6 +62,28 @@ pub fn load() -> Loaded {
         .unwrap_or_else(|e| panic!("{e:#}: run scripts/fetch-model before the tests"))
 }
 
+/// A prompt of exactly `n` tokens: `opening`, then `words` in an order `salt` picks, so
+/// prompts with different salts share the opening's blocks and nothing after it.
+pub fn text_prompt(
+    tok: &sluice::tokenizer::Tokenizer,
+    opening: &str,
+    words: &[&str],
+    n: usize,
+    salt: usize,
+) -> Vec<u32> {
+    let mut text = String::from(opening);
+    let mut i = salt;
+    loop {
+        text.push_str(words[i % words.len()]);
+        text.push(' ');
+        i = i * 7 + 3;
+        let ids = tok.encode(&text).unwrap();
+        if ids.len() >= n {
+            return ids[..n].to_vec();
+        }
+    }
+}
+
 /// Token ids of a JSON array.
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
