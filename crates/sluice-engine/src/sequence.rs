@@ -46,6 +46,10 @@ pub(crate) struct Sequence {
     pub computed: usize,
     /// Preempted: it holds no blocks and waits to compute its tokens again.
     pub parked: bool,
+    /// Its n-gram index for drafting, and the draft this step verifies (speculative
+    /// decoding: tokens that may follow its last sampled one).
+    pub(crate) drafter: crate::spec::Drafter,
+    pub(crate) draft: Vec<u32>,
     /// Tokens of the hypotheses a beam search returned (its completion tokens).
     beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
@@ -93,6 +97,8 @@ impl Sequence {
             computed: reuse,
             parked: false,
             beam_tokens: 0,
+            drafter: Default::default(),
+            draft: Vec::new(),
             prompt_scores,
             req,
             tx,

@@ -4,6 +4,7 @@
 //! cancelled sequences' blocks between steps (docs/ARCHITECTURE.md, "The engine loop").
 
 mod admit;
+mod sample;
 mod step;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,166 @@
+//! Speculative decoding under the engine loop with the fake models: drafts taken from the
+//! context are verified in the step's one forward pass, and every request gets exactly
+//! the tokens it gets without speculation, whether its drafts are all right (the chain
+//! model copying its prompt), mostly wrong (the summing model, whose rejected rows'
+//! keys and values would change every later token if they were ever read), cut by
+//! `max_tokens` or an end token, or cancelled (docs/ARCHITECTURE.md, "Speculative
+//! decoding").
+
+use super::{chain, config, drain, engine_of, wait_idle};
+use crate::model::fake::FakeModel;
+use crate::{EngineConfig, Event, FinishReason, ValidRequest};
+
+fn spec(slots: usize, tokens: usize) -> EngineConfig {
+    EngineConfig {
+        spec_tokens: tokens,
+        ..config(slots)
+    }
+}
+
+/// Runs each request alone, in order, and returns its tokens and finish reason.
+fn run(
+    model: impl Fn() -> FakeModel,
+    cfg: EngineConfig,
+    reqs: &[ValidRequest],
+) -> Vec<(Vec<u32>, FinishReason)> {
+    let h = engine_of(model(), usize::MAX, cfg);
+    let out = reqs
+        .iter()
+        .map(|r| {
+            let (ids, end) = drain(h.e.submit(r.clone()).unwrap());
+            match end {
+                Some(Event::Done(f)) => (ids, f.reason),
+                other => panic!("unexpected end {other:?}"),
+            }
+        })
+        .collect();
+    wait_idle(&h.e);
+    assert_eq!(h.e.kv_blocks_used(), 0, "every block came back");
+    out
+}
+
+/// A prompt that holds the chain the model will continue with: 0, 1, 2, ... (mod 32).
+fn copying(len: usize) -> Vec<u32> {
+    chain(31, 1, len)
+}
+
+#[test]
+fn drafts_from_the_prompt_are_accepted_in_few_steps_and_change_nothing() {
+    let reqs = [
+        ValidRequest::greedy(copying(40), 20),
+        ValidRequest::greedy(copying(40), 8),
+    ];
+    let off = run(|| FakeModel::new(1), spec(2, 0), &reqs);
+    let h = engine_of(FakeModel::new(1), usize::MAX, spec(2, 4));
+    let (ids, _) = drain(h.e.submit(reqs[0].clone()).unwrap());
+    assert_eq!(ids, off[0].0);
+    assert_eq!(ids, chain(39, 1, 20));
+    // A prefill, then steps of five rows (a row and four drafts), all accepted.
+    let calls = h.calls.lock().unwrap().clone();
+    assert!(
+        calls.len() <= 1 + 20usize.div_ceil(5),
+        "{} calls",
+        calls.len()
+    );
+    assert!(calls[1..].iter().all(|c| c.len() <= 5));
+    let m = h.e.metrics();
+    assert!(m.spec_accepted.get() >= 15, "{}", m.spec_accepted.get());
+    assert_eq!(m.spec_accepted.get(), m.spec_drafted.get());
+    // Drafts stop at max_tokens: exactly 8 tokens (1, then 1 + 4, then 1 + 1), `length`.
+    let (ids, end) = drain(h.e.submit(reqs[1].clone()).unwrap());
+    assert_eq!(ids, off[1].0);
+    assert_eq!(ids.len(), 8);
+    assert!(matches!(end, Some(Event::Done(f)) if f.reason == FinishReason::Length));
+    wait_idle(&h.e);
+    assert_eq!(h.e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn an_end_token_inside_an_accepted_draft_ends_the_sequence_there() {
+    let mut r = ValidRequest::greedy(copying(40), 30);
+    r.stop_ids = vec![12];
+    let off = run(|| FakeModel::new(1), spec(1, 0), std::slice::from_ref(&r));
+    let on = run(|| FakeModel::new(1), spec(1, 8), std::slice::from_ref(&r));
+    assert_eq!(on, off);
+    assert_eq!(on[0].0.last(), Some(&12));
+    assert_eq!(on[0].1, FinishReason::Stop);
+}
+
+#[test]
+fn rejected_drafts_leave_no_trace_in_the_tokens_or_the_pool() {
+    // The summing model's next token depends on every position read back: a rejected
+    // draft's keys and values that stayed visible would change what follows. Its own
+    // text repeats often enough that drafts are made and mostly rejected.
+    let reqs: Vec<ValidRequest> = (0..6)
+        .map(|i| {
+            let p: Vec<u32> = (0..24).map(|j| (j * (i + 2) % 5) as u32 + 1).collect();
+            ValidRequest::greedy(p, 36)
+        })
+        .collect();
+    let off = run(|| FakeModel::summing(3), spec(3, 0), &reqs);
+    let h = engine_of(FakeModel::summing(3), usize::MAX, spec(3, 6));
+    // Together, so drafts and plain decode rows share steps.
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| h.e.submit(r.clone()).unwrap())
+        .collect();
+    for (rx, (want, _)) in streams.into_iter().zip(&off) {
+        assert_eq!(&drain(rx).0, want);
+    }
+    wait_idle(&h.e);
+    let m = h.e.metrics();
+    assert!(m.spec_drafted.get() > 0, "drafts were made");
+    assert!(
+        m.spec_accepted.get() < m.spec_drafted.get(),
+        "some were rejected"
+    );
+    assert_eq!(h.e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn a_sequence_cancelled_while_it_drafts_frees_every_block() {
+    // Hold the third forward call: the second step that verifies a draft.
+    let h = engine_of(FakeModel::new(1), 2, spec(2, 8));
+    let rx = h.hold(ValidRequest::greedy(copying(40), 24));
+    drop(rx);
+    h.release.send(()).unwrap();
+    wait_idle(&h.e);
+    assert!(h.e.metrics().spec_drafted.get() > 0);
+    assert_eq!(h.e.kv_blocks_used(), 0);
+    // And the engine goes on: a new request gets its full answer.
+    let (ids, _) = drain(h.e.submit(ValidRequest::greedy(copying(40), 10)).unwrap());
+    assert_eq!(ids, chain(39, 1, 10));
+    wait_idle(&h.e);
+    assert_eq!(h.e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn while_more_sequences_decode_than_spec_max_batch_none_drafts() {
+    let cfg = EngineConfig {
+        spec_max_batch: 1,
+        ..spec(2, 4)
+    };
+    let h = engine_of(FakeModel::new(1), 0, cfg);
+    let a = h.hold(ValidRequest::greedy(copying(40), 12));
+    let b = h.e.submit(ValidRequest::greedy(copying(41), 24)).unwrap();
+    h.release.send(()).unwrap();
+    assert_eq!(drain(a).0, chain(39, 1, 12));
+    assert_eq!(drain(b).0, chain(8, 1, 24));
+    wait_idle(&h.e);
+    let calls = h.calls.lock().unwrap().clone();
+    let slot_a = calls[0][0].slot;
+    let mut both = 0;
+    for c in &calls {
+        let a_rows = c.iter().filter(|r| r.slot == slot_a).count();
+        let b_decode = c.iter().filter(|r| r.slot != slot_a && r.pos >= 41).count();
+        if a_rows > 0 && c.iter().any(|r| r.slot != slot_a) {
+            both += 1;
+            // a decodes beside b (its prompt, or its decode row): one row, no drafts.
+            assert_eq!(a_rows, 1, "{c:?}");
+            assert!(b_decode <= 1, "{c:?}");
+        }
+    }
+    assert!(both >= 5, "{both} steps had both");
+    // Alone afterwards, b drafted.
+    assert!(h.e.metrics().spec_accepted.get() > 0);
+}
