@@ -14,9 +14,8 @@ pub struct Need {
     /// Blocks its decode rows take (new ones and copies of shared ones).
     pub decode_blocks: usize,
     /// Drafted tokens it would verify after its decode row (speculative decoding), and
-    /// the further blocks they take. Granted whole or not at all, only from what the
-    /// decode rows leave: drafts never preempt anyone nor delay a prompt's first chunk
-    /// beyond the budget.
+    /// the further blocks they take. Granted whole or not at all, only from what decode
+    /// rows and prompt chunks leave: drafts never preempt anyone nor delay a prompt.
     pub drafts: usize,
     pub draft_blocks: usize,
     /// Prompt (or recompute) positions: computed so far, and where its prefill ends
@@ -53,11 +52,11 @@ fn prefill_blocks(n: &Need, rows: usize) -> usize {
 }
 
 /// Plans a step. Decode rows first, oldest first, and when their blocks do not fit, the
-/// newest preemptible sequences are preempted until they do. Then drafts to verify, from
-/// the blocks and budget left. Then prompt chunks, oldest
+/// newest preemptible sequences are preempted until they do. Then prompt chunks, oldest
 /// first, within the `budget` of token units (`break_even`: see `chunk_rows`) and the
 /// blocks left; a chunk that finds too few blocks is cut to what fits, and the prompts
-/// after it wait. When nothing at all could run, the newest sequence other than the
+/// after it wait. Then drafts to verify, from the blocks and budget left. When nothing at
+/// all could run, the newest sequence other than the
 /// oldest is preempted, and so on: the oldest always progresses.
 pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: usize) -> StepPlan {
     let mut out = StepPlan {
@@ -119,15 +118,6 @@ pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: us
                 rows[i] = n.decode;
             }
         }
-        // Drafts, oldest first, from what the decode rows left.
-        for i in decoding(&gone) {
-            let n = &needs[i];
-            if rows[i] > 0 && n.drafts > 0 && n.draft_blocks <= left && n.drafts <= units {
-                left -= n.draft_blocks;
-                units -= n.drafts;
-                rows[i] += n.drafts;
-            }
-        }
         // Prompt chunks, oldest first.
         for (i, n) in needs.iter().enumerate() {
             if gone[i] || n.parked || n.decode > 0 || n.computed >= n.prefill_end || units == 0 {
@@ -149,6 +139,15 @@ pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: us
             rows[i] = r;
             if r < most {
                 break;
+            }
+        }
+        // Drafts, oldest first, from what the decode rows and prompt chunks left.
+        for i in decoding(&gone) {
+            let n = &needs[i];
+            if rows[i] > 0 && n.drafts > 0 && n.draft_blocks <= left && n.drafts <= units {
+                left -= n.draft_blocks;
+                units -= n.drafts;
+                rows[i] += n.drafts;
             }
         }
         let live = (0..needs.len()).any(|i| !gone[i] && !needs[i].parked);
@@ -267,9 +266,11 @@ mod tests {
         let p = plan_step(&[b, a], 0, 64, 0);
         assert_eq!(p.rows, vec![1, 5]);
         assert!(p.preempt.is_empty());
-        // Drafts come before prompt chunks.
+        // Prompt chunks come before drafts: a prompt is never delayed by a guess.
         let p = plan_step(&[a, prefilling(0, 100, 0)], 100, 10, 0);
-        assert_eq!(p.rows, vec![5, 5]);
+        assert_eq!(p.rows, vec![1, 9]);
+        let p = plan_step(&[a, prefilling(0, 4, 0)], 100, 10, 0);
+        assert_eq!(p.rows, vec![5, 4]);
     }
 
     #[test]
