@@ -83,8 +83,9 @@ fn ask(tok: &Tokenizer, question: &str) -> Vec<u32> {
 }
 
 /// Greedy requests of every kind: copies ending at the end token, a stop string, a
-/// `max_tokens` that cuts an accepted run, an edit, open questions; with logprobs.
-fn greedy_requests(tok: &Tokenizer) -> Vec<ValidRequest> {
+/// `max_tokens` that cuts an accepted run, an edit, open questions; with logprobs; and a
+/// copy held to a grammar (which does not draft, and must not change either).
+fn greedy_requests(tok: &Arc<Tokenizer>) -> Vec<ValidRequest> {
     let end = tok.id("<|im_end|>").expect("the ChatML end token");
     let mut out = Vec::new();
     for p in PASSAGES {
@@ -101,7 +102,11 @@ fn greedy_requests(tok: &Tokenizer) -> Vec<ValidRequest> {
         37,
     ));
     let mut r = ValidRequest::greedy(
-        copy(tok, "Rewrite this code with the variable renamed to sum:", PASSAGES[1]),
+        copy(
+            tok,
+            "Rewrite this code with the variable renamed to sum:",
+            PASSAGES[1],
+        ),
         120,
     );
     r.stop_ids = vec![end];
@@ -111,6 +116,12 @@ fn greedy_requests(tok: &Tokenizer) -> Vec<ValidRequest> {
         r.logprobs = Some(1);
         out.push(r);
     }
+    let grammars = sluice::engine::Grammars::new(tok.clone()).unwrap();
+    let spec = sluice::engine::GrammarSpec::Regex("[A-Za-z ,.]{1,200}".into());
+    let mut r = ValidRequest::greedy(copy(tok, "Repeat this text exactly:", PASSAGES[0]), 60);
+    r.constraint = Some(grammars.compile(&spec).unwrap());
+    r.stop_ids = vec![end];
+    out.push(r);
     out
 }
 
@@ -149,21 +160,29 @@ async fn answers_with_speculation_are_the_answers_without_it() {
     }
     let copied = &got_greedy[0];
     assert_eq!(copied.reason, FinishReason::Stop, "{copied:?}");
-    assert!(copied.text.contains("the weir"), "the model copies: {copied:?}");
+    assert!(
+        copied.text.contains("the weir"),
+        "the model copies: {copied:?}"
+    );
     assert_eq!(got_greedy[3].reason, FinishReason::Stop);
     assert_eq!(got_greedy[4].ids.len(), 37);
+    // The counters are updated after a request's last token is sent: read them idle.
+    on.idle().await;
     let m = on.metrics();
     let (drafted, accepted) = (m.spec_drafted.get(), m.spec_accepted.get());
-    assert!(accepted > 100, "copying is drafted and accepted: {accepted} of {drafted}");
+    assert!(
+        accepted > 100,
+        "copying is drafted and accepted: {accepted} of {drafted}"
+    );
     let got_seeded = each_alone(&on, &seeded).await;
     for (i, (a, b)) in want_seeded.iter().zip(&got_seeded).enumerate() {
         assert_eq!(a, b, "seeded request {i}");
     }
+    on.idle().await;
     assert!(
         m.spec_accepted.get() > accepted,
         "sampled copies accept drafts too"
     );
-    on.idle().await;
     assert_eq!(on.kv_blocks_used(), 0);
 }
 
@@ -181,7 +200,10 @@ async fn with_speculation_a_request_gives_the_same_tokens_alone_or_in_any_batch(
         if order {
             idx.reverse();
         }
-        let streams: Vec<_> = idx.iter().map(|&i| eng.submit(reqs[i].clone()).unwrap()).collect();
+        let streams: Vec<_> = idx
+            .iter()
+            .map(|&i| eng.submit(reqs[i].clone()).unwrap())
+            .collect();
         let together = futures::future::join_all(streams.into_iter().map(answer)).await;
         for (&i, got) in idx.iter().zip(&together) {
             assert_eq!(&alone[i], got, "request {i} (reversed: {order})");

@@ -155,7 +155,8 @@ impl Worker {
                 break;
             }
         }
-        s.drafter.record(draft.len(), accepted);
+        s.drafter
+            .record(draft.len(), accepted, self.config.spec_tokens);
         self.metrics.spec_drafted.inc_by(draft.len() as u64);
         self.metrics.spec_accepted.inc_by(accepted as u64);
         self.metrics.spec_accepted_length.observe(accepted as f64);
