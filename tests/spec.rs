@@ -127,9 +127,9 @@ fn greedy_requests(tok: &Arc<Tokenizer>) -> Vec<ValidRequest> {
 
 fn sampled(tok: &Tokenizer, i: usize) -> ValidRequest {
     let mut r = ValidRequest::greedy(copy(tok, "Repeat this text exactly:", PASSAGES[i % 3]), 64);
-    r.params.temperature = if i % 2 == 0 { 0.8 } else { 1.0 };
+    r.params.temperature = if i.is_multiple_of(2) { 0.8 } else { 1.0 };
     r.params.top_p = 0.95;
-    r.params.min_p = if i % 3 == 0 { 0.05 } else { 0.0 };
+    r.params.min_p = if i.is_multiple_of(3) { 0.05 } else { 0.0 };
     r.params.repetition_penalty = if i % 4 == 1 { 1.1 } else { 1.0 };
     r.params.seed = 1000 + i as u64;
     r.seeded = true;
@@ -208,6 +208,50 @@ async fn with_speculation_a_request_gives_the_same_tokens_alone_or_in_any_batch(
         for (&i, got) in idx.iter().zip(&together) {
             assert_eq!(&alone[i], got, "request {i} (reversed: {order})");
         }
+    }
+    eng.idle().await;
+    assert_eq!(eng.kv_blocks_used(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drafts_from_a_draft_model_change_no_token_either() {
+    let (off, tok) = engine(0);
+    let mut reqs = greedy_requests(&tok);
+    let greedy = reqs.len();
+    reqs.extend((0..4).map(|i| sampled(&tok, i)));
+    let want = each_alone(&off, &reqs).await;
+    drop(off);
+    // The model drafting for itself: the same file loaded twice, so every greedy draft
+    // is the greedy choice (a row's numbers do not depend on its batch).
+    let (main, draft) = (common::load(), common::load());
+    let cfg = EngineConfig {
+        slots: 8,
+        context: 2048,
+        spec_tokens: 8,
+        max_queued: 1000,
+        ..Default::default()
+    };
+    let metrics = Arc::new(sluice::engine::Metrics::new(8, "draft-test"));
+    let eng = EngineHandle::start_with_draft(
+        main.model,
+        Some(draft.model),
+        Arc::new(main.tokenizer),
+        cfg,
+        metrics,
+    );
+    let got = each_alone(&eng, &reqs[..greedy]).await;
+    eng.idle().await;
+    let m = eng.metrics();
+    let (drafted, accepted) = (m.spec_drafted.get(), m.spec_accepted.get());
+    // Only drafts past an end token or a stop string go unused.
+    assert!(
+        accepted > 200 && accepted * 10 >= drafted * 9,
+        "{accepted} of {drafted}"
+    );
+    let mut got = got;
+    got.extend(each_alone(&eng, &reqs[greedy..]).await);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(a, b, "request {i}");
     }
     eng.idle().await;
     assert_eq!(eng.kv_blocks_used(), 0);

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// forward pass, never changing a token; `off` decodes one token per step.
     #[arg(long, env = "SLUICE_SPECULATIVE", default_value = "ngram", value_parser = ["ngram", "off"])]
     pub speculative: String,
+    /// A second, smaller model (GGUF file or Hugging Face folder) with the model's
+    /// vocabulary: speculation drafts with it instead of from the context.
+    #[arg(long, env = "SLUICE_DRAFT_MODEL")]
+    pub draft_model: Option<PathBuf>,
     /// Most drafted tokens a sequence verifies per step.
     #[arg(long, env = "SLUICE_SPEC_TOKENS", default_value_t = 8)]
     pub spec_tokens: usize,
@@ -427,6 +431,10 @@ impl ServeArgs {
                     quantize: quantize(&self.quantize)?,
                 },
                 name: self.model_name(),
+                draft: self
+                    .draft_model
+                    .clone()
+                    .filter(|_| self.speculative != "off"),
             },
             engine,
             limits,

@@ -50,6 +50,8 @@ pub(crate) struct Sequence {
     /// decoding: tokens that may follow its last sampled one).
     pub(crate) drafter: crate::spec::Drafter,
     pub(crate) draft: Vec<u32>,
+    /// Positions of its slot in the draft model's slab that hold its tokens (`--draft-model`).
+    pub(crate) draft_seen: usize,
     /// Tokens of the hypotheses a beam search returned (its completion tokens).
     beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
@@ -99,6 +101,7 @@ impl Sequence {
             beam_tokens: 0,
             drafter: Default::default(),
             draft: Vec::new(),
+            draft_seen: 0,
             prompt_scores,
             req,
             tx,

@@ -57,14 +57,7 @@ impl Drafter {
     /// `MAX_N` down to `MIN_N` tokens) seen before. Indexes the positions added since the
     /// last call, so each step costs a few hash operations per new token.
     pub fn propose(&mut self, len: usize, token: impl Fn(usize) -> u32, most: usize) -> Vec<u32> {
-        if self.resting > 0 {
-            self.resting -= 1;
-            return Vec::new();
-        }
-        if self.limit == 0 {
-            self.limit = FIRST;
-        }
-        let most = most.min(self.limit);
+        let most = self.budget(most);
         if most == 0 || len < MIN_N + 1 {
             return Vec::new();
         }
@@ -93,6 +86,19 @@ impl Drafter {
             }
         }
         Vec::new()
+    }
+
+    /// How many tokens it may draft this step, at most `most`: 0 while it rests after
+    /// failed drafts (counting the step), else its current limit.
+    pub fn budget(&mut self, most: usize) -> usize {
+        if self.resting > 0 {
+            self.resting -= 1;
+            return 0;
+        }
+        if self.limit == 0 {
+            self.limit = FIRST;
+        }
+        most.min(self.limit)
     }
 
     /// Records how a draft of `drafted` tokens fared: `accepted` of them were the model's

@@ -296,34 +296,6 @@ impl Worker {
         self.logits = logits;
     }
 
-    /// Drafts for the decoding sequences that may speculate this step (`Sequence::draft`):
-    /// none for beam searches, constrained sequences, or while more than
-    /// `spec_max_batch` sequences decode; never past `max_tokens` or the context.
-    fn draft(&mut self) {
-        let most = self.config.spec_tokens;
-        let decoding = self
-            .running
-            .iter()
-            .filter(|s| !s.parked && !s.is_prefilling())
-            .count();
-        let on = most > 0 && decoding <= self.config.spec_max_batch;
-        for s in &mut self.running {
-            s.draft.clear();
-            if !on || s.parked || s.is_prefilling() || s.beams.is_some() || s.guide.is_some() {
-                continue;
-            }
-            let g = s.generated();
-            let len = s.req.prompt.len() + g;
-            // The draft's last row sits at position len - 1 + k and yields token g + 1 + k.
-            let room = (s.req.max_tokens.saturating_sub(g + 1))
-                .min(self.config.context.saturating_sub(len))
-                .min(most);
-            let mut drafter = std::mem::take(&mut s.drafter);
-            s.draft = drafter.propose(len, |i| s.token_at(i), room);
-            s.drafter = drafter;
-        }
-    }
-
     /// One beam-search step for `s`, whose live beams' logits rows end at row `end`:
     /// extends the beams, copies the slots the new ones need, and ends the search when it
     /// is over. Returns whether it goes on.

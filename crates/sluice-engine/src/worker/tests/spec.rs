@@ -193,3 +193,67 @@ fn while_more_sequences_decode_than_spec_max_batch_none_drafts() {
     // Alone afterwards, b drafted.
     assert!(h.e.metrics().spec_accepted.get() > 0);
 }
+
+/// An engine on `target` drafting with `draft` (`--draft-model`).
+fn with_draft(target: FakeModel, draft: FakeModel, cfg: EngineConfig) -> crate::EngineHandle {
+    let metrics = std::sync::Arc::new(crate::Metrics::new(cfg.slots, "fake"));
+    crate::EngineHandle::start_with_draft(
+        Box::new(target),
+        Some(Box::new(draft)),
+        super::tokenizer(),
+        cfg,
+        metrics,
+    )
+}
+
+#[test]
+fn a_draft_model_that_agrees_has_every_draft_accepted() {
+    // Nothing in the prompt repeats: only the draft model can guess.
+    let draft = FakeModel::new(2);
+    let draft_calls = draft.calls.clone();
+    let e = with_draft(FakeModel::new(2), draft, spec(2, 4));
+    let (ids, _) = drain(e.submit(ValidRequest::greedy(vec![0, 2, 4], 12)).unwrap());
+    assert_eq!(ids, chain(4, 2, 12));
+    wait_idle(&e);
+    let m = e.metrics();
+    assert!(m.spec_drafted.get() >= 8, "{}", m.spec_drafted.get());
+    assert_eq!(m.spec_accepted.get(), m.spec_drafted.get());
+    // The draft model first saw the prompt and the first token, then one row a pass.
+    let calls = draft_calls.lock().unwrap().clone();
+    let first: Vec<(u32, usize)> = calls[0].iter().map(|r| (r.token, r.pos)).collect();
+    assert_eq!(first, vec![(0, 0), (2, 1), (4, 2), (6, 3)]);
+    // Then a pass per further draft (one row), or the last draft kept and the token after
+    // it (two rows: the last draft is never fed to it while drafting).
+    assert!(calls[1..].iter().all(|c| c.len() <= 2), "{calls:?}");
+    assert_eq!(e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn a_draft_model_that_disagrees_changes_no_token_and_catches_up_within_the_budget() {
+    // The summing target against the chain draft: most drafts are wrong. Prompts longer
+    // than the step's budget make the draft model catch up over several steps.
+    let reqs: Vec<ValidRequest> = (0u32..)
+        .map(|i| {
+            (0..40)
+                .map(|j| (i * 7 + j * 3) % 29 + 1)
+                .collect::<Vec<u32>>()
+        })
+        .filter(|p| !summed(p, 3, 30).contains(&PANIC_TOKEN))
+        .take(4)
+        .map(|p| ValidRequest::greedy(p, 30))
+        .collect();
+    let cfg = EngineConfig {
+        max_batch_tokens: 24,
+        ..spec(3, 6)
+    };
+    let e = with_draft(FakeModel::summing(3), FakeModel::new(2), cfg);
+    let streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
+    for (rx, r) in streams.into_iter().zip(&reqs) {
+        assert_eq!(drain(rx).0, summed(&r.prompt, 3, 30));
+    }
+    wait_idle(&e);
+    let m = e.metrics();
+    let (d, a) = (m.spec_drafted.get(), m.spec_accepted.get());
+    assert!(d > 0 && a < d, "{a} of {d}");
+    assert_eq!(e.kv_blocks_used(), 0);
+}
