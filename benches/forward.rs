@@ -7,6 +7,11 @@
 //! head at positions 256..384. Last, the prefill of one 512-token prompt (logits for its
 //! last row only), `SLUICE_BENCH_PREFILLS` times (default 3).
 //!
+//! Then what verifying drafts costs (speculative decoding): a step of `s` slots at
+//! position 256 each carrying 1 + k rows, every row's logits wanted, for s in 1, 4, 8, 16
+//! and k in 0, 1, 2, 4, 8: the time relative to k = 0 says how many accepted drafts a
+//! step needs to pay for itself.
+//!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 
 use sluice::engine::GgufFile;
@@ -91,6 +96,7 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0 / 128.0
         );
     }
+    verification(&*m, &s);
     let prefills: usize = std::env::var("SLUICE_BENCH_PREFILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -112,5 +118,49 @@ fn main() {
             secs * 1000.0,
             512.0 / secs
         );
+    }
+}
+
+/// Steps of `slots` sequences at positions 256.. each verifying `k` drafts (see the module
+/// documentation).
+fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::testing::Shape) {
+    let mut logits = Vec::new();
+    for slots in [1usize, 4, 8, 16] {
+        let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, slots, 512);
+        for slot in 0..slots {
+            let rows: Vec<TokenRow> = (0..256)
+                .map(|p| TokenRow {
+                    token: 100 + (p * 7 + slot) as u32 % 1000,
+                    slot,
+                    pos: p,
+                })
+                .collect();
+            m.forward(&mut kv, &rows, &[]);
+        }
+        let mut line = format!("verify, {slots} slots:");
+        let mut base = 0.0;
+        for k in [0usize, 1, 2, 4, 8] {
+            let reps = 24;
+            let t = Instant::now();
+            for _ in 0..reps {
+                let rows: Vec<TokenRow> = (0..slots)
+                    .flat_map(|slot| {
+                        (0..=k).map(move |i| TokenRow {
+                            token: 7 + (slot + i) as u32,
+                            slot,
+                            pos: 256 + i,
+                        })
+                    })
+                    .collect();
+                let want: Vec<usize> = (0..rows.len()).collect();
+                m.forward_into(&mut kv, &rows, &want, &mut logits);
+            }
+            let ms = t.elapsed().as_secs_f64() * 1000.0 / reps as f64;
+            if k == 0 {
+                base = ms;
+            }
+            line += &format!(" k={k} {ms:.2} ms ({:.2}x)", ms / base);
+        }
+        println!("{line}");
     }
 }

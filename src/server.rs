@@ -58,6 +58,10 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
         "KV pool"
     );
     warm_up(&*model);
+    let draft = match &config.model.draft {
+        Some(path) => Some(load_draft(path, &config.model.load, &*model, &tokenizer)?),
+        None => None,
+    };
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::new(config.engine.slots, &config.model.name));
     let admin = match &config.admin {
@@ -74,8 +78,13 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
         }
         None => None,
     };
-    let engine =
-        EngineHandle::start_with_metrics(model, tokenizer.clone(), config.engine.clone(), metrics);
+    let engine = EngineHandle::start_with_draft(
+        model,
+        draft,
+        tokenizer.clone(),
+        config.engine.clone(),
+        metrics,
+    );
     let mut state = AppState::new(engine, tokenizer, &config.model.name, config.limits.clone());
     state.api_keys = Arc::new(config.http.api_keys.clone());
     state.cors_origins = Arc::new(config.http.cors_origins.clone());
@@ -83,6 +92,32 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.ui = config.http.ui;
     state.admin = admin;
     Ok(state)
+}
+
+/// Loads the draft model at `path` and checks that it speaks the model's vocabulary (the
+/// same tokens, byte for byte, in the same order): its drafts are token ids.
+fn load_draft(
+    path: &Path,
+    options: &LoadOptions,
+    model: &dyn sluice_engine::Model,
+    tokenizer: &sluice_engine::tokenizer::Tokenizer,
+) -> anyhow::Result<Box<dyn sluice_engine::Model>> {
+    let options = LoadOptions {
+        quantize: options.quantize,
+        ..Default::default()
+    };
+    let draft = load_model(path, &options).context("--draft-model")?;
+    let (ours, theirs) = (model.shape().vocab, draft.model.shape().vocab);
+    if ours != theirs || tokenizer.token_bytes() != draft.tokenizer.token_bytes() {
+        anyhow::bail!(
+            "--draft-model {}: its vocabulary ({theirs} tokens) is not the model's ({ours} \
+             tokens): a draft model must share the model's tokenizer",
+            path.display()
+        );
+    }
+    tracing::info!(path = %path.display(), "draft model");
+    warm_up(&*draft.model);
+    Ok(draft.model)
 }
 
 /// What the server answers before the model is loaded.

@@ -207,3 +207,28 @@ fn zero_attention_heads_are_refused_by_name() {
     assert!(e.contains("attention.head_count (0)"), "{e}");
     let _ = std::fs::remove_file(p);
 }
+
+/// A draft model must speak the model's vocabulary: Gemma 3's (262,144 tokens) drafting
+/// for SmolLM2 (49,152) stops the server at start-up, naming both.
+#[test]
+fn a_draft_model_with_another_vocabulary_is_refused_at_start_up() {
+    let gemma = sluice::config::default_model_path()
+        .parent()
+        .expect("model dir")
+        .join("gemma-3-270m-q4_k_m.gguf");
+    let (ok, _, err) = common::run_sluice(
+        &[
+            "serve",
+            "--port",
+            "0",
+            "--draft-model",
+            gemma.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("--draft-model") && err.contains("262144") && err.contains("49152"),
+        "{err}"
+    );
+}

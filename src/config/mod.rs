@@ -81,6 +81,22 @@ pub struct ServeArgs {
     /// Shortest common prompt prefix worth reusing, in tokens.
     #[arg(long, env = "SLUICE_MIN_PREFIX_REUSE", default_value_t = 16)]
     pub min_prefix_reuse: usize,
+    /// Speculative decoding: `ngram` drafts tokens from each sequence's own prompt and
+    /// output (where its last tokens occurred before) and verifies them in the step's
+    /// forward pass, never changing a token; `off` decodes one token per step.
+    #[arg(long, env = "SLUICE_SPECULATIVE", default_value = "ngram", value_parser = ["ngram", "off"])]
+    pub speculative: String,
+    /// A second, smaller model (GGUF file or Hugging Face folder) with the model's
+    /// vocabulary: speculation drafts with it instead of from the context.
+    #[arg(long, env = "SLUICE_DRAFT_MODEL")]
+    pub draft_model: Option<PathBuf>,
+    /// Most drafted tokens a sequence verifies per step.
+    #[arg(long, env = "SLUICE_SPEC_TOKENS", default_value_t = 8)]
+    pub spec_tokens: usize,
+    /// Speculation pauses while more sequences than this decode at once (their rows
+    /// already keep the matrix kernels busy).
+    #[arg(long, env = "SLUICE_SPEC_MAX_BATCH", default_value_t = 8)]
+    pub spec_max_batch: usize,
     /// Requests that may wait for a slot; more get 429 at once.
     #[arg(long, env = "SLUICE_MAX_QUEUED_REQUESTS", default_value_t = 256)]
     pub max_queued_requests: usize,
@@ -340,6 +356,11 @@ impl ServeArgs {
             max_batch_tokens,
             prefix_reuse: !self.no_prefix_reuse,
             min_prefix_reuse: int("min-prefix-reuse", self.min_prefix_reuse, 1, context)?,
+            spec_tokens: match self.speculative.as_str() {
+                "off" => 0,
+                _ => int("spec-tokens", self.spec_tokens, 1, 64)?,
+            },
+            spec_max_batch: int("spec-max-batch", self.spec_max_batch, 0, BIG)?,
             max_queued: int("max-queued-requests", self.max_queued_requests, 1, 1 << 20)?,
             max_queued_tokens: int("max-queued-tokens", self.max_queued_tokens, 0, BIG)?,
             request_timeout: (!timeout.is_zero()).then_some(timeout),
@@ -410,6 +431,10 @@ impl ServeArgs {
                     quantize: quantize(&self.quantize)?,
                 },
                 name: self.model_name(),
+                draft: self
+                    .draft_model
+                    .clone()
+                    .filter(|_| self.speculative != "off"),
             },
             engine,
             limits,

@@ -17,6 +17,9 @@ pub struct ModelConfig {
     pub load: sluice_engine::LoadOptions,
     /// The id clients use.
     pub name: String,
+    /// A second, smaller model with the same vocabulary that drafts tokens for speculative
+    /// decoding (`--draft-model`).
+    pub draft: Option<PathBuf>,
 }
 
 /// The HTTP server.

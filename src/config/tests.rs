@@ -105,3 +105,16 @@ fn a_context_longer_than_the_pool_is_refused_naming_both() {
     let e = config(&["--kv-cache-tokens", "8"]).unwrap_err();
     assert!(e.contains("--kv-cache-tokens 8"), "{e}");
 }
+
+#[test]
+fn speculation_is_on_by_default_and_off_turns_it_off() {
+    let c = config(&[]).unwrap();
+    assert_eq!((c.engine.spec_tokens, c.engine.spec_max_batch), (8, 8));
+    let c = config(&["--speculative", "off", "--spec-tokens", "0"]).unwrap();
+    assert_eq!(c.engine.spec_tokens, 0);
+    let c = config(&["--spec-tokens", "3", "--spec-max-batch", "2"]).unwrap();
+    assert_eq!((c.engine.spec_tokens, c.engine.spec_max_batch), (3, 2));
+    let e = config(&["--spec-tokens", "0"]).unwrap_err();
+    assert!(e.contains("--spec-tokens"), "{e}");
+    assert!(config(&["--speculative", "eagle"]).is_err());
+}

@@ -18,6 +18,12 @@ pub struct EngineConfig {
     pub prefix_reuse: bool,
     /// Shortest prefix worth reusing, in tokens.
     pub min_prefix_reuse: usize,
+    /// Most drafted tokens a sequence verifies per step (speculative decoding, drafts
+    /// from its own context); 0 turns speculation off.
+    pub spec_tokens: usize,
+    /// Speculation pauses while more sequences than this decode at once: their rows
+    /// already fill the matrix kernels, and drafts would be extra compute.
+    pub spec_max_batch: usize,
     /// Requests allowed to wait for a slot; beyond it submissions are refused.
     pub max_queued: usize,
     /// Prompt tokens allowed to wait in the queue (0: no budget).
@@ -38,6 +44,8 @@ impl Default for EngineConfig {
             max_batch_tokens: 512,
             prefix_reuse: true,
             min_prefix_reuse: 16,
+            spec_tokens: 8,
+            spec_max_batch: 8,
             max_queued: 256,
             max_queued_tokens: 0,
             request_timeout: None,

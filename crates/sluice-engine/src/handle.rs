@@ -44,6 +44,18 @@ impl EngineHandle {
         config: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::start_with_draft(model, None, tokenizer, config, metrics)
+    }
+
+    /// As `start_with_metrics`, speculating with drafts from `draft` (a model with the
+    /// same vocabulary, checked by the caller) when given.
+    pub fn start_with_draft(
+        model: Box<dyn Model>,
+        draft: Option<Box<dyn Model>>,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (tx, rx) = sync_channel(config.max_queued.max(1));
         let shared = Arc::new(Shared {
             waiting: AtomicUsize::new(0),
@@ -70,7 +82,7 @@ impl EngineHandle {
             .name("sluice-engine".into())
             .spawn(move || {
                 let alive = AliveGuard(shared.clone());
-                Worker::new(model, tokenizer, config, shared, metrics).run(rx);
+                Worker::new(model, draft, tokenizer, config, shared, metrics).run(rx);
                 drop(alive);
             })
             .expect("the engine thread starts (a failure here is fatal at start-up)");

@@ -40,6 +40,7 @@ mod sampling;
 mod scheduler;
 mod sequence;
 mod slots;
+mod spec;
 mod stops;
 pub mod testing;
 pub mod tokenizer;

@@ -58,6 +58,12 @@ pub const KV_BLOCKS_CACHED: &str = "sluice_kv_blocks_cached";
 pub const KV_EVICTIONS_TOTAL: &str = "sluice_kv_evictions_total";
 /// Running sequences preempted (their blocks freed, their tokens computed again later).
 pub const PREEMPTIONS_TOTAL: &str = "sluice_preemptions_total";
+/// Drafted tokens verified (speculative decoding).
+pub const SPEC_DRAFT_TOTAL: &str = "sluice_spec_draft_tokens_total";
+/// Drafted tokens that were the model's own choices.
+pub const SPEC_ACCEPTED_TOTAL: &str = "sluice_spec_accepted_tokens_total";
+/// Drafted tokens accepted per verification.
+pub const SPEC_ACCEPTED_LENGTH: &str = "sluice_spec_accepted_length";
 /// Version number of the loaded weights.
 pub const WEIGHTS_VERSION: &str = "sluice_weights_version";
 /// Constrained requests admitted, by grammar kind.
@@ -90,6 +96,7 @@ const TOKENS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
 ];
 const BATCH: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+const SPEC_LENGTHS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0];
 
 /// Every metric sluice exports, registered in its own registry.
 pub struct Metrics {
@@ -146,6 +153,12 @@ pub struct Metrics {
     pub kv_evictions: IntCounter,
     /// See [`PREEMPTIONS_TOTAL`].
     pub preemptions: IntCounter,
+    /// See [`SPEC_DRAFT_TOTAL`].
+    pub spec_drafted: IntCounter,
+    /// See [`SPEC_ACCEPTED_TOTAL`].
+    pub spec_accepted: IntCounter,
+    /// See [`SPEC_ACCEPTED_LENGTH`].
+    pub spec_accepted_length: Histogram,
     /// See [`WEIGHTS_VERSION`].
     pub weights_version: IntGauge,
     /// See [`BUILD_INFO`].
@@ -313,6 +326,18 @@ impl Metrics {
             kv_blocks_cached: gauge(&r, KV_BLOCKS_CACHED, "KV blocks in the prefix cache."),
             kv_evictions: counter(&r, KV_EVICTIONS_TOTAL, "Idle cached KV blocks evicted."),
             preemptions: counter(&r, PREEMPTIONS_TOTAL, "Running sequences preempted."),
+            spec_drafted: counter(&r, SPEC_DRAFT_TOTAL, "Drafted tokens verified."),
+            spec_accepted: counter(
+                &r,
+                SPEC_ACCEPTED_TOTAL,
+                "Drafted tokens accepted (the model's own choices).",
+            ),
+            spec_accepted_length: hist(
+                &r,
+                SPEC_ACCEPTED_LENGTH,
+                "Drafted tokens accepted per verification.",
+                SPEC_LENGTHS,
+            ),
             weights_version: gauge(&r, WEIGHTS_VERSION, "Version number of the loaded weights."),
             build_info,
             registry: r,

@@ -46,6 +46,12 @@ pub(crate) struct Sequence {
     pub computed: usize,
     /// Preempted: it holds no blocks and waits to compute its tokens again.
     pub parked: bool,
+    /// Its n-gram index for drafting, and the draft this step verifies (speculative
+    /// decoding: tokens that may follow its last sampled one).
+    pub(crate) drafter: crate::spec::Drafter,
+    pub(crate) draft: Vec<u32>,
+    /// Positions of its slot in the draft model's slab that hold its tokens (`--draft-model`).
+    pub(crate) draft_seen: usize,
     /// Tokens of the hypotheses a beam search returned (its completion tokens).
     beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
@@ -93,6 +99,9 @@ impl Sequence {
             computed: reuse,
             parked: false,
             beam_tokens: 0,
+            drafter: Default::default(),
+            draft: Vec::new(),
+            draft_seen: 0,
             prompt_scores,
             req,
             tx,

@@ -13,6 +13,11 @@ pub struct Need {
     pub decode: usize,
     /// Blocks its decode rows take (new ones and copies of shared ones).
     pub decode_blocks: usize,
+    /// Drafted tokens it would verify after its decode row (speculative decoding), and
+    /// the further blocks they take. Granted whole or not at all, only from what decode
+    /// rows and prompt chunks leave: drafts never preempt anyone nor delay a prompt.
+    pub drafts: usize,
+    pub draft_blocks: usize,
     /// Prompt (or recompute) positions: computed so far, and where its prefill ends
     /// (equal when it decodes).
     pub computed: usize,
@@ -32,8 +37,8 @@ pub struct Need {
 /// The step to run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepPlan {
-    /// Per sequence: rows it computes this step (decode rows, or prompt positions from
-    /// `computed`).
+    /// Per sequence: rows it computes this step (decode rows with any drafts granted, or
+    /// prompt positions from `computed`).
     pub rows: Vec<usize>,
     /// Sequences to preempt before the step, newest first: they let go of their blocks
     /// and compute their tokens again later.
@@ -50,7 +55,8 @@ fn prefill_blocks(n: &Need, rows: usize) -> usize {
 /// newest preemptible sequences are preempted until they do. Then prompt chunks, oldest
 /// first, within the `budget` of token units (`break_even`: see `chunk_rows`) and the
 /// blocks left; a chunk that finds too few blocks is cut to what fits, and the prompts
-/// after it wait. When nothing at all could run, the newest sequence other than the
+/// after it wait. Then drafts to verify, from the blocks and budget left. When nothing at
+/// all could run, the newest sequence other than the
 /// oldest is preempted, and so on: the oldest always progresses.
 pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: usize) -> StepPlan {
     let mut out = StepPlan {
@@ -133,6 +139,15 @@ pub fn plan_step(needs: &[Need], available: usize, budget: usize, break_even: us
             rows[i] = r;
             if r < most {
                 break;
+            }
+        }
+        // Drafts, oldest first, from what the decode rows and prompt chunks left.
+        for i in decoding(&gone) {
+            let n = &needs[i];
+            if rows[i] > 0 && n.drafts > 0 && n.draft_blocks <= left && n.drafts <= units {
+                left -= n.draft_blocks;
+                units -= n.drafts;
+                rows[i] += n.drafts;
             }
         }
         let live = (0..needs.len()).any(|i| !gone[i] && !needs[i].parked);
@@ -236,6 +251,26 @@ mod tests {
         let needs = [parked, decoding(5, 1, 1)];
         let p = plan_step(&needs, 0, 64, 0);
         assert_eq!(p.rows, vec![0, 1]);
+    }
+
+    #[test]
+    fn drafts_take_only_what_decode_rows_leave_and_never_preempt() {
+        let mut a = decoding(20, 2, 2);
+        a.drafts = 4;
+        let mut b = decoding(15, 1, 1);
+        b.drafts = 4;
+        b.draft_blocks = 1;
+        // Budget 7: both decode rows (2), then a's drafts (4); b's do not fit.
+        assert_eq!(plan_step(&[a, b], 0, 7, 0).rows, vec![5, 1]);
+        // b's drafts need a block that is not there; nobody is preempted for them.
+        let p = plan_step(&[b, a], 0, 64, 0);
+        assert_eq!(p.rows, vec![1, 5]);
+        assert!(p.preempt.is_empty());
+        // Prompt chunks come before drafts: a prompt is never delayed by a guess.
+        let p = plan_step(&[a, prefilling(0, 100, 0)], 100, 10, 0);
+        assert_eq!(p.rows, vec![1, 9]);
+        let p = plan_step(&[a, prefilling(0, 4, 0)], 100, 10, 0);
+        assert_eq!(p.rows, vec![5, 4]);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! cancelled sequences' blocks between steps (docs/ARCHITECTURE.md, "The engine loop").
 
 mod admit;
+mod draft;
+mod sample;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -51,11 +53,14 @@ pub(crate) struct Worker {
     tick: u64,
     /// The logits buffer, reused from step to step (`Model::forward_into`).
     logits: Vec<f32>,
+    /// The draft model, when speculation drafts with one (`--draft-model`).
+    draft_model: Option<draft::DraftModel>,
 }
 
 impl Worker {
     pub(crate) fn new(
         model: Box<dyn Model>,
+        draft_model: Option<Box<dyn Model>>,
         tok: Arc<Tokenizer>,
         config: EngineConfig,
         shared: Arc<Shared>,
@@ -88,6 +93,8 @@ impl Worker {
             pool: SlotPool::new(config.slots, cache.clone(), shared.slots_used.clone()),
             tick: 0,
             logits: Vec::new(),
+            draft_model: draft_model
+                .map(|m| draft::DraftModel::new(m, config.slots, config.context)),
             model,
             tok,
             config,

@@ -6,40 +6,12 @@ use rayon::prelude::*;
 use std::time::Instant;
 
 use super::Worker;
-use crate::constraint::{Guide, SimpleVob};
+use crate::constraint::Guide;
 use crate::kv::TokenRow;
 use crate::request::PromptToken;
-use crate::sampling::{History, Sampled, SamplingParams, sample_with, scores};
+use crate::sampling::scores;
 use crate::scheduler::{Need, plan_step};
 use crate::sequence::{Progress, Sequence};
-
-/// One sequence's sampling inputs, borrowed for the parallel pass of `sample_into`.
-struct Job<'a> {
-    row: &'a [f32],
-    /// The parameters with end tokens forbidden, before `min_tokens`.
-    banned: Option<SamplingParams>,
-    params: &'a SamplingParams,
-    history: &'a History,
-    step: u64,
-    n_top: Option<usize>,
-    mask: Option<SimpleVob>,
-}
-
-impl Job<'_> {
-    fn run(&self) -> Sampled {
-        let params = self.banned.as_ref().unwrap_or(self.params);
-        sample_with(
-            self.row,
-            params,
-            self.history,
-            self.step,
-            self.n_top,
-            self.mask
-                .as_ref()
-                .map(|m| |work: &mut [f32]| crate::constraint::apply(m, work)),
-        )
-    }
-}
 
 /// What a sequence put into a step.
 #[derive(Clone, Copy, Default)]
@@ -51,8 +23,10 @@ struct Part {
     rows: usize,
     /// Whether they are prompt positions.
     prompt: bool,
-    /// It samples a token from its last logits row.
+    /// It samples a token from its last logits row (before any drafts' rows).
     samples: bool,
+    /// Drafted tokens it verifies: rows (and logits rows) after its decode row.
+    drafts: usize,
 }
 
 impl Worker {
@@ -91,6 +65,9 @@ impl Worker {
                 } else if !s.is_prefilling() {
                     n.decode = 1;
                     n.decode_blocks = c.needed(slot, s.computed, s.computed + 1);
+                    n.drafts = s.draft.len();
+                    n.draft_blocks =
+                        c.needed(slot, s.computed, s.computed + 1 + n.drafts) - n.decode_blocks;
                     return n;
                 }
                 n.copy_first = c.shares_block_at(slot, s.computed);
@@ -125,6 +102,7 @@ impl Worker {
         } else {
             0
         };
+        self.draft();
         let available = self.cache.borrow().available();
         let plan = plan_step(
             &self.needs(),
@@ -138,9 +116,14 @@ impl Worker {
         // Blocks for every row about to be written, copies of shared ones first. The plan
         // counted them; a sequence that still finds no room sits this step out.
         let mut cache = self.cache.borrow_mut();
-        for (s, n) in seqs.iter().zip(&mut counts) {
+        for (s, n) in seqs.iter_mut().zip(&mut counts) {
             if *n == 0 {
+                s.draft.clear();
                 continue;
+            }
+            if s.beams.is_none() && !s.is_prefilling() {
+                // The drafts the plan granted: all of them or none.
+                s.draft.truncate(*n - 1);
             }
             let ok = match &s.beams {
                 Some(search) if !s.is_prefilling() => search.live.iter().all(|b| {
@@ -172,6 +155,7 @@ impl Worker {
                     rows: 0,
                     prompt: false,
                     samples: true,
+                    drafts: 0,
                 };
                 for b in &search.live {
                     want.push(rows.len());
@@ -188,19 +172,28 @@ impl Worker {
                 .generated
                 .last()
                 .expect("a decoding sequence has sampled a token");
+            // Its row, then a row per drafted token: the logits after each say whether
+            // the next draft was the model's own choice.
+            let k = s.draft.len();
             *part = Part {
                 logits: want.len(),
-                n_logits: 1,
-                rows: 1,
+                n_logits: 1 + k,
+                rows: 1 + k,
                 prompt: false,
                 samples: true,
+                drafts: k,
             };
-            want.push(rows.len());
-            rows.push(TokenRow {
-                token,
-                slot: s.lease.slot(),
-                pos: s.computed,
-            });
+            for (i, token) in std::iter::once(token)
+                .chain(s.draft.iter().copied())
+                .enumerate()
+            {
+                want.push(rows.len());
+                rows.push(TokenRow {
+                    token,
+                    slot: s.lease.slot(),
+                    pos: s.computed + i,
+                });
+            }
         }
         let decode_rows = rows.len();
         for ((s, part), &n) in seqs.iter().zip(&mut parts).zip(&counts) {
@@ -243,14 +236,16 @@ impl Worker {
         } else {
             self.metrics.decode_step.observe(took);
         }
-        if decode_rows > 0 {
-            self.metrics.decode_batch.observe(decode_rows as f64);
+        let decoding = parts.iter().filter(|p| p.samples && !p.prompt).count();
+        if decoding > 0 {
+            self.metrics.decode_batch.observe(decoding as f64);
         }
         let vocab = self.model.shape().vocab;
         let mut sampling = Vec::with_capacity(seqs.len());
         for (mut s, part) in seqs.into_iter().zip(parts) {
             let from = s.computed;
-            s.computed += part.rows;
+            // Drafted rows count once verified (`verify`).
+            s.computed += part.rows - part.drafts;
             if self.config.prefix_reuse && part.rows > 0 {
                 // Full blocks of the prompt (of a beam search: only those) and of the
                 // generated tokens join the prefix cache.
@@ -292,7 +287,9 @@ impl Worker {
                 }
                 continue;
             }
-            let row = part.samples.then(|| part.logits + part.n_logits - 1);
+            let row = part
+                .samples
+                .then(|| part.logits + part.n_logits - 1 - part.drafts);
             sampling.push((s, row));
         }
         self.sample_into(sampling, &logits);
@@ -366,78 +363,5 @@ impl Worker {
             model.forward_into(kv, rows, want, logits);
             masks.join().expect("mask computation does not panic");
         })
-    }
-
-    /// Samples one token for every sequence with a logits row (`Some(i)`: row `i` of
-    /// `logits`); the others go back to `running` untouched. Sequences that go on join
-    /// `running`, finished ones are dropped (freeing their slots). A constrained sequence
-    /// samples under its grammar's mask and feeds the token back to it; if the grammar
-    /// fails, that sequence alone ends with an error.
-    fn sample_into(&mut self, mut seqs: Vec<(Sequence, Option<usize>)>, logits: &[f32]) {
-        let vocab = self.model.shape().vocab;
-        // Every sequence's choice first, in parallel on the compute pool (each depends
-        // only on its own row, parameters, history and step), then the bookkeeping in order.
-        let choices: Vec<Option<Option<Sampled>>> = {
-            let jobs: Vec<Option<Option<Job>>> = seqs
-                .iter_mut()
-                .map(|(s, row)| {
-                    let i = (*row)?;
-                    if s.grammar_error.is_some() {
-                        return Some(None);
-                    }
-                    let banned = (s.generated() < s.req.min_tokens).then(|| {
-                        // Before min_tokens, end tokens cannot be chosen.
-                        let mut p = s.req.params.clone();
-                        p.logit_bias
-                            .extend(s.req.stop_ids.iter().map(|&t| (t, -100.0)));
-                        p
-                    });
-                    Some(Some(Job {
-                        row: &logits[i * vocab..(i + 1) * vocab],
-                        banned,
-                        params: &s.req.params,
-                        history: &s.history,
-                        step: s.generated() as u64,
-                        n_top: s.req.logprobs.or(s.req.rank_by_logprob.then_some(0)),
-                        mask: s.guide.as_mut().and_then(|g| g.mask.take()),
-                    }))
-                })
-                .collect();
-            sluice_kernels::threads::map(jobs.len(), |i| {
-                jobs[i].as_ref().map(|j| j.as_ref().map(Job::run))
-            })
-        };
-        for ((mut s, _), choice) in seqs.drain(..).zip(choices) {
-            let sampled = match choice {
-                None => {
-                    self.running.push(s);
-                    continue;
-                }
-                Some(None) => {
-                    let e = s.grammar_error.take().unwrap_or_default();
-                    self.fail(s, e);
-                    continue;
-                }
-                Some(Some(sampled)) => sampled,
-            };
-            let ends = s.req.stop_ids.contains(&sampled.token);
-            if let Some(g) = &mut s.guide
-                && !ends
-                && let Err(e) = g.commit(sampled.token)
-            {
-                self.fail(s, e);
-                continue;
-            }
-            let progress = s.accept(
-                sampled,
-                &self.tok,
-                self.config.context,
-                &self.version,
-                &self.metrics,
-            );
-            if progress == Progress::Running {
-                self.running.push(s);
-            }
-        }
     }
 }

@@ -7,6 +7,7 @@ mod beam;
 mod constraint;
 mod pool;
 mod prefill;
+mod spec;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -82,6 +83,8 @@ pub(crate) fn config(slots: usize) -> EngineConfig {
         slots,
         context: 64,
         min_bucket: 16,
+        // The policy tests count rows per step; speculation has its own (`spec.rs`).
+        spec_tokens: 0,
         ..EngineConfig::default()
     }
 }
