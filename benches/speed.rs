@@ -194,9 +194,13 @@ impl Ours {
             .split(',')
             .filter_map(|s| s.trim().parse().ok())
             .collect();
+        // No speculation: these figures compare the runtime with llama-bench's, which
+        // does not speculate, and the bench's prompts repeat themselves (drafts would be
+        // accepted). `benches/spec` measures speculation.
         let cfg = EngineConfig {
             slots: 32,
             context: 1024,
+            spec_tokens: 0,
             ..Default::default()
         };
         let eng = EngineHandle::start(model, tok.clone(), cfg);

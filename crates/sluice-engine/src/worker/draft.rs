@@ -48,8 +48,9 @@ impl DraftModel {
 
 impl Worker {
     /// Drafts for the decoding sequences that may speculate this step (`Sequence::draft`):
-    /// none for beam searches, constrained sequences, or while more than
-    /// `spec_max_batch` sequences decode; never past `max_tokens` or the context.
+    /// none for beam searches or while more than `spec_max_batch` sequences decode; never
+    /// past `max_tokens` or the context; a constrained sequence's draft is cut where its
+    /// grammar would refuse a token.
     pub(super) fn draft(&mut self) {
         let most = self.config.spec_tokens;
         let decoding = self
@@ -66,7 +67,7 @@ impl Worker {
             // (drafts written after it were kept or dropped by the last verification).
             let last = s.req.prompt.len() + s.generated() - 1;
             s.draft_seen = s.draft_seen.min(last);
-            if !on || s.parked || s.is_prefilling() || s.beams.is_some() || s.guide.is_some() {
+            if !on || s.parked || s.is_prefilling() || s.beams.is_some() {
                 continue;
             }
             let g = s.generated();
@@ -85,6 +86,16 @@ impl Worker {
         }
         if !want.is_empty() {
             self.model_drafts(&want);
+        }
+        for s in &mut self.running {
+            if let Some(g) = s.guide.as_mut().filter(|_| !s.draft.is_empty()) {
+                // The matcher stands after the last token; the drafts follow it. End
+                // tokens are never drafted into a grammar (its own mask decides them).
+                let ends = &s.req.stop_ids;
+                let plain = s.draft.iter().take_while(|t| !ends.contains(t)).count();
+                let ok = g.matcher.validate_tokens(&s.draft[..plain]).unwrap_or(0);
+                s.draft.truncate(ok);
+            }
         }
     }
 

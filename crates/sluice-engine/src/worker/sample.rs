@@ -140,10 +140,34 @@ impl Worker {
             if s.history.generated.last() != Some(&d) {
                 break;
             }
+            // A constrained sequence chooses under its grammar's mask for this state,
+            // computed here (the step computed only the first row's).
+            let mask = match s.guide.as_mut().map(|g| g.compute().map(|_| g.mask.take())) {
+                None => None,
+                Some(Ok(mask)) => mask,
+                // As a rejection: the next step meets the error the usual way.
+                Some(Err(_)) => break,
+            };
             accepted += 1;
             s.computed += 1;
             let r = row + 1 + j;
-            let sampled = Job::of(s, &logits[r * vocab..(r + 1) * vocab]).run();
+            let sampled = Job {
+                mask,
+                ..Job::of(s, &logits[r * vocab..(r + 1) * vocab])
+            }
+            .run();
+            let ends = s.req.stop_ids.contains(&sampled.token);
+            if let Some(g) = &mut s.guide
+                && !ends
+                && let Err(e) = g.commit(sampled.token)
+            {
+                // The mask allowed it, so this does not happen; should it, the token is
+                // not kept and the sequence ends with the grammar's error next step.
+                s.grammar_error = Some(e);
+                s.computed -= 1;
+                accepted -= 1;
+                break;
+            }
             progress = s.accept(
                 sampled,
                 &self.tok,
