@@ -1,8 +1,12 @@
 //! The accept loop, in place of `axum::serve`, with the limits a server on the open
 //! network needs (docs/ARCHITECTURE.md, "Connections"):
 //!
-//! - at most `max_connections` open connections: one more is accepted and answered at once
-//!   with a 503 (and `Retry-After`), then closed; the accept loop never waits for a slot;
+//! - at most `max_connections` open connections: one more is accepted and gets one
+//!   request, then is closed: a probe (`GET /health`, `/ready`, `/metrics`) is answered
+//!   as usual, so an orchestrator never restarts a server that is merely busy; anything
+//!   else, or nothing within half a second, gets a 503 (and `Retry-After`). At most
+//!   `PROBE_RESERVE` such connections are read at once; past them the 503 is sent at
+//!   once. The accept loop never waits for a slot;
 //! - a client has `header_timeout` to send a request's headers, counted from when the
 //!   connection opened or its previous response ended, so a slow-header client and an idle
 //!   keep-alive connection are both closed by the server;
@@ -15,6 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::IntoResponse;
+use tower::ServiceExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,9 +36,18 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
 }
 
+/// Connections over the cap that may be read for a probe at once.
+const PROBE_RESERVE: usize = 64;
+
+/// How long a connection over the cap has to start its request.
+const PROBE_WAIT: Duration = Duration::from_millis(500);
+
+/// The body of the answer to a connection over the cap.
+const REFUSAL: &str = r#"{"error":{"message":"the server has too many open connections; retry shortly","type":"service_unavailable_error","param":null,"code":"too_many_connections"}}"#;
+
 /// The answer to a connection over the cap.
 fn refusal() -> String {
-    let body = r#"{"error":{"message":"the server has too many open connections; retry shortly","type":"service_unavailable_error","param":null,"code":"too_many_connections"}}"#;
+    let body = REFUSAL;
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
@@ -53,6 +68,60 @@ async fn refuse(mut stream: TcpStream) {
         Ok::<(), std::io::Error>(())
     })
     .await;
+}
+
+/// Whether `req` is a probe, answered even over the connection cap.
+fn is_probe(req: &axum::extract::Request) -> bool {
+    use axum::http::Method;
+    matches!(req.method(), &Method::GET | &Method::HEAD)
+        && matches!(req.uri().path(), "/health" | "/ready" | "/metrics")
+}
+
+/// A connection over the cap: one request, a probe served by `app`, anything else the
+/// 503; silence for `PROBE_WAIT` gets the 503 too. Then the connection closes.
+async fn over_cap(stream: TcpStream, app: Router, _reserve: OwnedSemaphorePermit) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(PROBE_WAIT, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        Ok(_) => return,
+        Err(_) => return refuse(stream).await,
+    }
+    let service = tower::service_fn(move |req: axum::extract::Request| {
+        let app = app.clone();
+        async move {
+            if is_probe(&req) {
+                app.oneshot(req).await
+            } else {
+                Ok(refusal_response())
+            }
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(1))
+        .keep_alive(false);
+    let conn = builder.serve_connection(
+        TokioIo::new(stream),
+        TowerToHyperService::new(service.map_request(|r: axum::http::Request<hyper::body::Incoming>| r.map(axum::body::Body::new))),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+}
+
+/// The refusal as a response (a connection over the cap that asked for something other
+/// than a probe).
+fn refusal_response() -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::RETRY_AFTER, "1"),
+            (header::CONNECTION, "close"),
+        ],
+        REFUSAL,
+    )
+        .into_response()
 }
 
 /// Serves one connection until it closes, holding its place under the cap.
@@ -97,6 +166,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let places = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = Arc::new(Semaphore::new(PROBE_RESERVE));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -123,10 +193,15 @@ pub async fn serve(
                     place,
                 ));
             }
-            Err(_) => {
-                tracing::debug!("connection refused: too many open connections");
-                tokio::spawn(refuse(stream));
-            }
+            Err(_) => match reserve.clone().try_acquire_owned() {
+                Ok(r) => {
+                    tokio::spawn(over_cap(stream, app.clone(), r));
+                }
+                Err(_) => {
+                    tracing::debug!("connection refused: too many open connections");
+                    tokio::spawn(refuse(stream));
+                }
+            },
         }
     }
     drop(listener);
