@@ -24,6 +24,9 @@ pub enum HttpError {
     /// The body could not be read.
     #[error("{0}")]
     UnreadableBody(String),
+    /// The body did not arrive within `--body-read-timeout`.
+    #[error("the request body did not arrive within the server's body read timeout")]
+    BodyTimeout,
     /// The body is not the JSON the route takes; `param` names the field when known.
     #[error("{message}")]
     Json {
@@ -189,6 +192,7 @@ impl ApiError {
                 HttpError::Unauthorized(_) => row(S::UNAUTHORIZED, "invalid_api_key", None),
                 HttpError::BodyTooLarge => row(S::PAYLOAD_TOO_LARGE, "body_too_large", None),
                 HttpError::UnreadableBody(_) => row(S::BAD_REQUEST, "invalid_body", None),
+                HttpError::BodyTimeout => row(S::REQUEST_TIMEOUT, "request_timeout", None),
                 HttpError::Json { param, .. } => Row {
                     status: S::BAD_REQUEST,
                     code: "invalid_body",
@@ -212,7 +216,7 @@ impl ApiError {
     /// OpenAI's `type` for the status.
     pub fn kind(&self) -> &'static str {
         match self.status().as_u16() {
-            400 | 404 | 405 | 413 | 415 | 422 => "invalid_request_error",
+            400 | 404 | 405 | 408 | 413 | 415 | 422 => "invalid_request_error",
             401 | 403 => "authentication_error",
             409 => "conflict_error",
             429 => "rate_limit_error",

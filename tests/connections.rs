@@ -67,6 +67,8 @@ async fn idle_and_slow_header_sockets_are_closed_and_do_not_block_others() {
             "256",
             "--header-read-timeout",
             "3",
+            "--idle-timeout",
+            "3",
         ],
         &[],
     )
@@ -129,7 +131,7 @@ async fn idle_and_slow_header_sockets_are_closed_and_do_not_block_others() {
             "a slow-header socket stayed open"
         );
     }
-    // A keep-alive connection left idle after its response is closed the same way.
+    // A keep-alive connection left idle after its response is closed (`--idle-timeout`).
     let mut kept = TcpStream::connect(&at).await.unwrap();
     assert!(health_head(&mut kept).await.starts_with("HTTP/1.1 200"));
     assert!(closed_within(&mut kept, Duration::from_secs(10)).await);
@@ -205,7 +207,11 @@ async fn connections_over_the_cap_are_refused_at_once() {
         let get = format!("GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n");
         s.write_all(get.as_bytes()).await.unwrap();
         let answer = answer_until_closed(&mut s).await;
-        assert!(t.elapsed() < Duration::from_secs(1), "{probe}: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{probe}: {:?}",
+            t.elapsed()
+        );
         assert!(answer.starts_with("HTTP/1.1 200"), "{probe}: {answer}");
     }
     // Close the held ones: the server serves again.
@@ -224,5 +230,90 @@ async fn connections_over_the_cap_are_refused_at_once() {
     assert!(
         served,
         "the server did not serve again after connections closed"
+    );
+}
+
+/// The three timeouts are separate: a kept-alive connection outlives the header timeout
+/// while idle and serves its next request; a slow-header client is closed at the header
+/// timeout; a body that does not arrive within `--body-read-timeout` gets 408 and the
+/// connection closes; and an idle connection is closed at the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_body_and_idle_timeouts_are_separate() {
+    let server = Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "256",
+            "--header-read-timeout",
+            "1",
+            "--body-read-timeout",
+            "1",
+            "--idle-timeout",
+            "30",
+        ],
+        &[],
+    )
+    .await;
+    let at = addr(&server.base);
+    let mut kept = TcpStream::connect(&at).await.unwrap();
+    assert!(health_head(&mut kept).await.starts_with("HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        health_head(&mut kept).await.starts_with("HTTP/1.1 200"),
+        "an idle connection outlives the header timeout"
+    );
+    // Headers a byte at a time: closed about a second after they started.
+    let mut slow = TcpStream::connect(&at).await.unwrap();
+    let t = Instant::now();
+    for b in b"GET /health ".iter() {
+        if slow.write_all(&[*b]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(closed_within(&mut slow, Duration::from_secs(5)).await);
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    // A body that stops halfway: 408 in OpenAI's shape, then the connection closes.
+    let mut body = TcpStream::connect(&at).await.unwrap();
+    let t = Instant::now();
+    body.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n{\"prompt\": \"Hel",
+    )
+    .await
+    .unwrap();
+    let answer = answer_until_closed(&mut body).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // The server serves on.
+    let mut again = TcpStream::connect(&at).await.unwrap();
+    assert!(health_head(&mut again).await.starts_with("HTTP/1.1 200"));
+
+    let quick = Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "256",
+            "--header-read-timeout",
+            "30",
+            "--idle-timeout",
+            "1",
+        ],
+        &[],
+    )
+    .await;
+    let mut kept = TcpStream::connect(addr(&quick.base)).await.unwrap();
+    assert!(health_head(&mut kept).await.starts_with("HTTP/1.1 200"));
+    let t = Instant::now();
+    assert!(closed_within(&mut kept, Duration::from_secs(5)).await);
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
     );
 }

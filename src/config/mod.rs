@@ -134,13 +134,22 @@ pub struct ServeArgs {
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT before exiting.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value_t = 30.0)]
     pub shutdown_grace: f64,
-    /// Open connections at most; one more is answered 503 and closed.
+    /// Open connections at most; one more gets one request (a probe is answered, anything
+    /// else gets 503) and is closed.
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 2048)]
     pub max_connections: usize,
     /// Seconds a client has to send a request's headers, from when its connection opened
-    /// or its previous response ended (so idle keep-alive connections close too).
+    /// or the request's first byte arrived.
     #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT", default_value_t = 10.0)]
     pub header_read_timeout: f64,
+    /// Seconds a client has to send a whole request body once its headers arrived; past
+    /// it the request gets 408 and the connection closes.
+    #[arg(long, env = "SLUICE_BODY_READ_TIMEOUT", default_value_t = 30.0)]
+    pub body_read_timeout: f64,
+    /// Seconds a kept-alive connection may stay idle between a response and the next
+    /// request before the server closes it.
+    #[arg(long, env = "SLUICE_IDLE_TIMEOUT", default_value_t = 60.0)]
+    pub idle_timeout: f64,
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -241,6 +250,18 @@ fn seconds(flag: &'static str, v: f64, hi: f64) -> Result<Duration, ConfigError>
             value: v.to_string(),
             range: format!("a number of seconds between 0 and {hi}"),
         })
+    }
+}
+
+/// A connection timeout: between 0.1 s and an hour.
+fn at_least_100ms(flag: &'static str, v: f64) -> Result<Duration, ConfigError> {
+    match seconds(flag, v, 3600.0)? {
+        d if d < Duration::from_millis(100) => Err(ConfigError::Range {
+            flag,
+            value: v.to_string(),
+            range: "a number of seconds between 0.1 and 3600".into(),
+        }),
+        d => Ok(d),
     }
 }
 
@@ -393,20 +414,9 @@ impl ServeArgs {
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
             conn: crate::http::conn::ConnLimits {
                 max_connections: int("max-connections", self.max_connections, 1, 1 << 20)?,
-                header_timeout: match seconds(
-                    "header-read-timeout",
-                    self.header_read_timeout,
-                    3600.0,
-                )? {
-                    d if d < Duration::from_millis(100) => {
-                        return Err(ConfigError::Range {
-                            flag: "header-read-timeout",
-                            value: self.header_read_timeout.to_string(),
-                            range: "a number of seconds between 0.1 and 3600".into(),
-                        });
-                    }
-                    d => d,
-                },
+                header_timeout: at_least_100ms("header-read-timeout", self.header_read_timeout)?,
+                body_timeout: at_least_100ms("body-read-timeout", self.body_read_timeout)?,
+                idle_timeout: at_least_100ms("idle-timeout", self.idle_timeout)?,
             },
         };
         let admin = self

@@ -8,8 +8,10 @@
 //!   `PROBE_RESERVE` such connections are read at once; past them the 503 is sent at
 //!   once. The accept loop never waits for a slot;
 //! - a client has `header_timeout` to send a request's headers, counted from when the
-//!   connection opened or its previous response ended, so a slow-header client and an idle
-//!   keep-alive connection are both closed by the server;
+//!   connection opened or the request's first byte arrived; `body_timeout` to send its
+//!   body once the headers are in (past it: 408, and the connection closes); and a
+//!   kept-alive connection idle between requests for `idle_timeout` is closed. A watchdog
+//!   per connection reads `activity::Activity` every 100 ms;
 //! - HTTP/1.1 only (no HTTP/2), so a connection carries one request at a time;
 //! - on shutdown, accepting stops, idle connections close, and each busy one closes after
 //!   its response.
@@ -18,9 +20,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::Router;
+use axum::body::Body;
 use axum::response::IntoResponse;
+use hyper::body::Incoming;
 use tower::ServiceExt;
+
+use super::activity::{Activity, Deadline, Held, Verdict, Watched};
+use crate::error::{ApiError, HttpError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,8 +41,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 pub struct ConnLimits {
     /// Open connections at most.
     pub max_connections: usize,
-    /// Time to send a request's headers, from the connection's start or its last response.
+    /// Time to send a request's headers, from the connection's start or the request's
+    /// first byte.
     pub header_timeout: Duration,
+    /// Time to send a request's body once its headers are in.
+    pub body_timeout: Duration,
+    /// Time a kept-alive connection may stay idle between requests.
+    pub idle_timeout: Duration,
 }
 
 /// Connections over the cap that may be read for a probe at once.
@@ -103,7 +117,9 @@ async fn over_cap(stream: TcpStream, app: Router, _reserve: OwnedSemaphorePermit
         .keep_alive(false);
     let conn = builder.serve_connection(
         TokioIo::new(stream),
-        TowerToHyperService::new(service.map_request(|r: axum::http::Request<hyper::body::Incoming>| r.map(axum::body::Body::new))),
+        TowerToHyperService::new(service.map_request(
+            |r: axum::http::Request<hyper::body::Incoming>| r.map(axum::body::Body::new),
+        )),
     );
     let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
 }
@@ -133,14 +149,54 @@ async fn connection(
     _place: OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
+    let activity = Activity::new();
+    let io = Watched {
+        inner: stream,
+        activity: activity.clone(),
+    };
+    let watched = activity.clone();
+    let service = tower::service_fn(move |req: axum::http::Request<Incoming>| {
+        let (app, busy) = (app.clone(), watched.begin());
+        let fired = Arc::new(AtomicBool::new(false));
+        let req = req.map(|b| {
+            Body::new(Deadline::new(
+                Body::new(b),
+                limits.body_timeout,
+                fired.clone(),
+            ))
+        });
+        async move {
+            let response = match app.oneshot(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            let mut response = if fired.load(Ordering::SeqCst) {
+                let mut r = ApiError::from(HttpError::BodyTimeout).into_response();
+                r.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                r
+            } else {
+                response
+            };
+            // The request stays in hand until its response body ends.
+            let body = std::mem::take(response.body_mut());
+            *response.body_mut() = Body::new(Held::new(body, busy));
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        // The watchdog below times headers and idleness (hyper's own header timer runs
+        // from the previous response, so it would close idle connections as late headers).
+        .header_read_timeout(None)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     tokio::pin!(conn);
     let mut stopping = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             r = conn.as_mut() => {
@@ -152,6 +208,15 @@ async fn connection(
             _ = stop.wait_for(|s| *s), if !stopping => {
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            _ = tick.tick() => {
+                match activity.verdict(limits.header_timeout, limits.idle_timeout) {
+                    Verdict::Keep => {}
+                    v => {
+                        tracing::debug!(why = ?v, "connection closed");
+                        return;
+                    }
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
 //! The HTTP layer: routes and the state every handler shares.
 
+mod activity;
 pub mod admin;
 pub mod auth;
 pub mod conn;
