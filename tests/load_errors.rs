@@ -232,3 +232,71 @@ fn a_draft_model_with_another_vocabulary_is_refused_at_start_up() {
         "{err}"
     );
 }
+
+/// Chat templates are untrusted: one that loops without end is refused at start-up, and
+/// one that runs out of its fuel on a long conversation fails that request with a 400
+/// while the server serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_chat_template_is_stopped_by_its_fuel() {
+    let forever = tmp("forever.jinja");
+    std::fs::write(
+        &forever,
+        "{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}",
+    )
+    .unwrap();
+    let (ok, _, err) = common::run_sluice(
+        &[
+            "serve",
+            "--port",
+            "0",
+            "--chat-template",
+            forever.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!ok && err.contains("fuel"), "{err}");
+
+    let quadratic = tmp("quadratic.jinja");
+    std::fs::write(
+        &quadratic,
+        "{% for m in messages %}{% for n in messages %}{% for i in range(2000) %}{% endfor %}\
+         {% endfor %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         <|im_start|>assistant\n",
+    )
+    .unwrap();
+    let server = common::Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "512",
+            "--chat-template",
+            quadratic.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let chat = |n: usize| {
+        let messages: Vec<serde_json::Value> = (0..n)
+            .map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")}))
+            .collect();
+        client
+            .post(format!("{}/v1/chat/completions", server.base))
+            .json(&serde_json::json!({"messages": messages, "max_tokens": 2}))
+            .send()
+    };
+    let r = chat(100).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "messages", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("fuel"),
+        "{body}"
+    );
+    let r = chat(2).await.unwrap();
+    assert_eq!(r.status(), 200, "the server serves on");
+    let _ = std::fs::remove_file(forever);
+    let _ = std::fs::remove_file(quadratic);
+}

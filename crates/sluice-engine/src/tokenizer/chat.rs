@@ -95,10 +95,23 @@ pub fn builtin(file: &GgufFile) -> Option<&'static str> {
     }
 }
 
+/// Instructions one rendering may execute. A chat template comes with the model file, so
+/// it is untrusted: nested loops could keep a thread busy for hours. Real templates take a
+/// few hundred instructions per message (Qwen 2.5's with tools: under 2,000), so this
+/// allows conversations of thousands of messages and stops a runaway template within a
+/// fraction of a second.
+const FUEL: u64 = 5_000_000;
+
+/// Nesting (loops, macros, includes) one rendering may reach.
+const RECURSION: usize = 64;
+
 impl ChatTemplate {
-    /// Compiles `source`; a template that does not parse is an error at load time.
+    /// Compiles `source`; a template that does not parse is an error at load time, and so is
+    /// one that cannot render a one-message conversation within its fuel.
     pub fn new(source: &str, bos: String, eos: String) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
@@ -109,12 +122,23 @@ impl ChatTemplate {
         );
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TokenizerError::TemplateSyntax(e.to_string()))?;
-        Ok(Self {
+        let t = Self {
             env,
             bos,
             eos,
             source: source.to_string(),
-        })
+        };
+        // A template may refuse a conversation on purpose (`raise_exception`); one that
+        // exhausts its limits on the smallest one is broken or hostile.
+        let hello = [ChatMessage::text("user", "Hello")];
+        if let Err(TokenizerError::Template(e)) = t.render(&hello)
+            && (e.contains("fuel") || e.contains("recursion"))
+        {
+            return Err(TokenizerError::TemplateSyntax(format!(
+                "the chat template cannot render a one-message conversation: {e}"
+            )));
+        }
+        Ok(t)
     }
 
     /// Whether the template renders a `tools` list itself.
@@ -145,5 +169,61 @@ impl ChatTemplate {
             eos_token => self.eos,
         })
         .map_err(|e| TokenizerError::Template(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(source: &str) -> Result<ChatTemplate, TokenizerError> {
+        ChatTemplate::new(source, "<s>".into(), "</s>".into())
+    }
+
+    fn talk(n: usize) -> Vec<ChatMessage> {
+        (0..n)
+            .map(|i| ChatMessage::text("user", &format!("m{i}")))
+            .collect()
+    }
+
+    #[test]
+    fn a_template_that_loops_without_end_is_refused_at_load() {
+        let e = template(
+            "{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}",
+        )
+        .err()
+        .expect("refused");
+        assert!(e.to_string().contains("fuel"), "{e}");
+        let deep = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+        let e = template(deep).err().expect("refused");
+        assert!(e.to_string().contains("recursion"), "{e}");
+    }
+
+    #[test]
+    fn a_template_that_explodes_on_long_conversations_fails_that_request_only() {
+        // Quadratic in the messages, with a large constant: fine for one, not for 100.
+        let t = template(
+            "{% for m in messages %}{% for n in messages %}{% for i in range(2000) %}\
+             {% endfor %}{% endfor %}{{ m.content }}{% endfor %}",
+        )
+        .expect("a one-message conversation renders");
+        assert_eq!(t.render(&talk(1)).unwrap(), "m0");
+        // 20M iterations: the fuel stops it after 5M instructions.
+        let e = t.render(&talk(100)).err().expect("out of fuel");
+        assert!(
+            matches!(e, TokenizerError::Template(ref m) if m.contains("fuel")),
+            "{e}"
+        );
+        // And the template still serves short conversations.
+        assert_eq!(t.render(&talk(2)).unwrap(), "m0m1");
+    }
+
+    #[test]
+    fn real_templates_render_long_conversations_within_the_fuel() {
+        let t = template(GEMMA3).unwrap();
+        let long: Vec<ChatMessage> = (0..2000)
+            .map(|i| ChatMessage::text(if i % 2 == 0 { "user" } else { "assistant" }, "hi"))
+            .collect();
+        assert!(t.render(&long).unwrap().matches("<start_of_turn>").count() >= 2000);
     }
 }
