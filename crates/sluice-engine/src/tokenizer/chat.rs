@@ -209,7 +209,7 @@ mod tests {
         .expect("a one-message conversation renders");
         assert_eq!(t.render(&talk(1)).unwrap(), "m0");
         // 20M iterations: the fuel stops it after 5M instructions.
-        let e = t.render(&talk(100)).err().expect("out of fuel");
+        let e = t.render(&talk(100)).expect_err("out of fuel");
         assert!(
             matches!(e, TokenizerError::Template(ref m) if m.contains("fuel")),
             "{e}"
