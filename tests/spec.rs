@@ -256,3 +256,61 @@ async fn drafts_from_a_draft_model_change_no_token_either() {
     eng.idle().await;
     assert_eq!(eng.kv_blocks_used(), 0);
 }
+
+/// The statistical check as well: 256 seeds sampling 12 tokens of a copy at temperature
+/// 1, all at once, with and without speculation; the two-sample chi-square of the
+/// (position, token) counts stays below the 0.999 quantile of its distribution. (It is 0
+/// here: each seed gives the same tokens either way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_tokens_follow_the_same_distribution_with_and_without_speculation() {
+    use std::collections::HashMap;
+    async fn counts(eng: &EngineHandle, reqs: &[ValidRequest]) -> HashMap<(usize, u32), f64> {
+        let streams: Vec<_> = reqs
+            .iter()
+            .map(|r| eng.submit(r.clone()).unwrap())
+            .collect();
+        let mut out = HashMap::new();
+        for a in futures::future::join_all(streams.into_iter().map(answer)).await {
+            for (i, t) in a.ids.iter().enumerate() {
+                *out.entry((i, *t)).or_insert(0.0) += 1.0;
+            }
+        }
+        out
+    }
+    let (off, tok) = engine(0);
+    let prompt = copy(&tok, "Repeat this text exactly:", PASSAGES[2]);
+    let reqs: Vec<ValidRequest> = (0..256u64)
+        .map(|seed| {
+            let mut r = ValidRequest::greedy(prompt.clone(), 12);
+            r.params.temperature = 1.0;
+            r.params.seed = seed;
+            r.seeded = true;
+            r
+        })
+        .collect();
+    let without = counts(&off, &reqs).await;
+    drop(off);
+    let (on, _) = engine(8);
+    let with = counts(&on, &reqs).await;
+    on.idle().await;
+    assert!(on.metrics().spec_accepted.get() > 0, "drafts were accepted");
+    let bins: std::collections::HashSet<_> = without.keys().chain(with.keys()).collect();
+    let chi2: f64 = bins
+        .iter()
+        .map(|k| {
+            let (a, b) = (
+                without.get(k).copied().unwrap_or(0.0),
+                with.get(k).copied().unwrap_or(0.0),
+            );
+            (a - b).powi(2) / (a + b)
+        })
+        .sum();
+    let df = bins.len() as f64 - 1.0;
+    // The 0.999 quantile of chi-square(df), by the normal approximation.
+    let critical = df + 3.09 * (2.0 * df).sqrt();
+    assert!(
+        chi2 < critical,
+        "chi-square {chi2:.1} over {critical:.1} ({df} df)"
+    );
+    assert_eq!(on.kv_blocks_used(), 0);
+}
