@@ -60,16 +60,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
     let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, slots, 1024);
-    for slot in 0..slots {
-        let rows: Vec<TokenRow> = (0..128)
-            .map(|p| TokenRow {
-                token: 100 + (p * 7 + slot) as u32 % 1000,
-                slot,
-                pos: p,
-            })
-            .collect();
-        m.forward(&mut kv, &rows, &[127]);
-    }
+    prefill_slots(&*m, &mut kv, slots, 128, &[127]);
     let want: Vec<usize> = (0..slots).collect();
     // One logits buffer for every step, as the engine keeps one (a fresh 32 MB buffer a
     // step would time the kernel's page faults).
@@ -121,22 +112,34 @@ fn main() {
     }
 }
 
+/// Fills positions `0..len` of each of `slots` slots with a prompt of its own, wanting the
+/// logits of the rows in `want`.
+fn prefill_slots(
+    m: &dyn sluice::engine::testing::Model,
+    kv: &mut KvSlab,
+    slots: usize,
+    len: usize,
+    want: &[usize],
+) {
+    for slot in 0..slots {
+        let rows: Vec<TokenRow> = (0..len)
+            .map(|p| TokenRow {
+                token: 100 + (p * 7 + slot) as u32 % 1000,
+                slot,
+                pos: p,
+            })
+            .collect();
+        m.forward(kv, &rows, want);
+    }
+}
+
 /// Steps of `slots` sequences at positions 256.. each verifying `k` drafts (see the module
 /// documentation).
 fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::testing::Shape) {
     let mut logits = Vec::new();
     for slots in [1usize, 4, 8, 16] {
         let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, slots, 512);
-        for slot in 0..slots {
-            let rows: Vec<TokenRow> = (0..256)
-                .map(|p| TokenRow {
-                    token: 100 + (p * 7 + slot) as u32 % 1000,
-                    slot,
-                    pos: p,
-                })
-                .collect();
-            m.forward(&mut kv, &rows, &[]);
-        }
+        prefill_slots(m, &mut kv, slots, 256, &[]);
         let mut line = format!("verify, {slots} slots:");
         let mut base = 0.0;
         for k in [0usize, 1, 2, 4, 8] {

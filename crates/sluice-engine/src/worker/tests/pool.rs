@@ -10,7 +10,7 @@ use crate::{EngineConfig, Event, ValidRequest};
 
 /// What the summing model generates after `prompt`: each token is the sum of the
 /// sequence so far plus `step`.
-fn summed(prompt: &[u32], step: u32, n: usize) -> Vec<u32> {
+pub(super) fn summed(prompt: &[u32], step: u32, n: usize) -> Vec<u32> {
     let mut seq = prompt.to_vec();
     for _ in 0..n {
         let s: u32 = seq.iter().sum();

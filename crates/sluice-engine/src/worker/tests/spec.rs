@@ -6,8 +6,9 @@
 //! `max_tokens` or an end token, or cancelled (docs/ARCHITECTURE.md, "Speculative
 //! decoding").
 
+use super::pool::summed;
 use super::{chain, config, drain, engine_of, wait_idle};
-use crate::model::fake::{FakeModel, PANIC_TOKEN, VOCAB};
+use crate::model::fake::{FakeModel, PANIC_TOKEN};
 use crate::{EngineConfig, Event, FinishReason, ValidRequest};
 
 fn spec(slots: usize, tokens: usize) -> EngineConfig {
@@ -16,16 +17,6 @@ fn spec(slots: usize, tokens: usize) -> EngineConfig {
         context: 128,
         ..config(slots)
     }
-}
-
-/// What the summing model generates after `prompt`.
-fn summed(prompt: &[u32], step: u32, n: usize) -> Vec<u32> {
-    let mut seq = prompt.to_vec();
-    for _ in 0..n {
-        let s: u32 = seq.iter().sum();
-        seq.push((s + step) % VOCAB as u32);
-    }
-    seq[prompt.len()..].to_vec()
 }
 
 /// Runs each request alone, in order, and returns its tokens and finish reason.
