@@ -5,7 +5,7 @@
 #   docker run -p 8080:8080 -v /path/to/models:/models -e SLUICE_MODEL=/models/x.gguf sluice
 # The server never downloads anything at start: a model is mounted, baked in, or fetched
 # beforehand into the models volume by `sluice-fetch-model` (the Deployment's init
-# container does this once).
+# container does this when each pod starts).
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
