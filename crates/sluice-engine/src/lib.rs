@@ -14,7 +14,7 @@
 //! `kv`; `gguf` and `hf` under
 //! `model` and `tokenizer`; `error` and `config` are leaves. docs/ARCHITECTURE.md maps it.
 
-// No `unsafe` but the model file's memory map (`gguf.rs`, allowed there alone): parallel
+// No `unsafe` but the model file's memory map (`gguf/mod.rs`, allowed there alone): parallel
 // tasks get disjoint memory through `sluice_kernels::threads::for_each_item`.
 #![deny(unsafe_code)]
 

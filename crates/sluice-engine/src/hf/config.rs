@@ -96,6 +96,19 @@ impl Config {
         let n_heads = u("num_attention_heads")?;
         let n_kv_heads = u("num_key_value_heads").unwrap_or(n_heads);
         let head_dim = u("head_dim").unwrap_or(dim / n_heads.max(1));
+        // Sizes that are allocated from (RoPE tables) before any tensor is checked: a
+        // crafted config.json must not turn them into an abort. The GGUF limits apply after.
+        for (k, v, limit) in [
+            ("hidden_size", dim, 1 << 20),
+            ("num_attention_heads", n_heads, 1 << 12),
+            ("head_dim", head_dim, 1 << 12),
+        ] {
+            if v > limit {
+                return Err(ModelError::Unsupported(format!(
+                    "config.json {k} is {v}, over sluice's limit of {limit}"
+                )));
+            }
+        }
         let gemma = arch == "gemma3";
         let key = |k: &str| format!("{arch}.{k}");
         let mut m: HashMap<String, Value> = HashMap::new();
@@ -174,6 +187,7 @@ impl Config {
         let mut factors = Vec::new();
         let rot =
             num(&c, "partial_rotary_factor").map_or(head_dim, |p| (head_dim as f64 * p) as usize);
+        let rot = rot.min(head_dim);
         if let Some(rs) = c.get("rope_scaling").filter(|v| v.is_object()) {
             let kind = rs["rope_type"]
                 .as_str()

@@ -52,7 +52,14 @@ pub fn transform(cfg: &Config, name: &str, shape: &[usize], v: &mut [f32]) {
             return;
         };
         let cols = if shape.len() == 2 { shape[1] } else { 1 };
-        permute_rows(v, heads, cfg.head_dim, cols);
+        // A tensor of another size is left as it is: the loader's shape check names it.
+        if heads
+            .checked_mul(cfg.head_dim)
+            .and_then(|r| r.checked_mul(cols))
+            == Some(v.len())
+        {
+            permute_rows(v, heads, cfg.head_dim, cols);
+        }
     }
 }
 

@@ -8,6 +8,15 @@ use super::tensors::{matrix, matrix_rows, vector};
 use crate::error::ModelError;
 use crate::gguf::GgufFile;
 
+/// Most blocks a model may have (the largest released models have under 200).
+const MAX_LAYERS: usize = 1 << 12;
+/// Widest residual stream or MLP.
+const MAX_WIDTH: usize = 1 << 20;
+/// Most attention heads.
+const MAX_HEADS: usize = 1 << 12;
+/// Largest head.
+const MAX_HEAD_DIM: usize = 1 << 12;
+
 /// The shared hyper-parameters.
 #[derive(Clone, Debug)]
 pub struct Hparams {
@@ -57,23 +66,38 @@ impl Hparams {
                 "{arch}.attention.head_count ({n_heads}) / head_count_kv ({n_kv_heads})"
             )));
         }
+        let (n_layers, ffn_dim) = (u("block_count")?, u("feed_forward_length")?);
+        // Sizes are allocated from before any tensor is checked against them (a layer
+        // list, per-layer flags): a crafted file must not turn them into an abort.
+        for (name, value, limit) in [
+            ("block_count", n_layers, MAX_LAYERS),
+            ("embedding_length", dim, MAX_WIDTH),
+            ("feed_forward_length", ffn_dim, MAX_WIDTH),
+            ("attention.head_count", n_heads, MAX_HEADS),
+        ] {
+            if value > limit {
+                return Err(ModelError::Unsupported(format!(
+                    "{arch}.{name} is {value}, over sluice's limit of {limit}"
+                )));
+            }
+        }
         let head_dim = match u("attention.key_length") {
             Ok(k) => k,
             Err(_) if dim % n_heads == 0 => dim / n_heads,
             Err(_) => return Err(ModelError::Metadata(key("attention.key_length"))),
         };
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
             return Err(ModelError::Metadata(format!("{arch} head size {head_dim}")));
         }
         let (_, embd_dims, _) = file.tensor("token_embd.weight")?;
         let rope_dim = u("rope.dimension_count").unwrap_or(head_dim).min(head_dim);
         Ok(Self {
-            n_layers: u("block_count")?,
+            n_layers,
             dim,
             n_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: u("feed_forward_length")?,
+            ffn_dim,
             vocab: embd_dims[0],
             train_context: u("context_length").unwrap_or(2048),
             rope_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
@@ -114,7 +138,7 @@ impl Hparams {
             self.n_kv_heads * self.head_dim,
         );
         let per_layer = d * q + 2 * d * kv + q * d + 3 * d * self.ffn_dim;
-        let weights = self.n_layers * per_layer + d * self.vocab;
+        let weights = (self.n_layers * per_layer).saturating_add(d.saturating_mul(self.vocab));
         let per_position = ATTENTION_MAC_COST * 2 * self.n_layers * q;
         (weights / per_position.max(1)).max(1)
     }

@@ -1,6 +1,9 @@
 //! The model's chat template (`tokenizer.chat_template`, a `--chat-template` file, or the
 //! family's built-in one), rendered with minijinja.
 
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
 use minijinja::{Environment, ErrorKind, context};
 use serde::{Deserialize, Serialize};
 
@@ -39,11 +42,12 @@ impl ChatMessage {
 
 /// A compiled chat template with the special tokens it may refer to.
 pub struct ChatTemplate {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
     bos: String,
     eos: String,
     /// The template text (what tool-call format the model was taught is read from it).
     pub source: String,
+    time_limit: Duration,
 }
 
 /// Gemma 3's template (from its `tokenizer_config.json`): a system message is folded into
@@ -105,10 +109,28 @@ const FUEL: u64 = 5_000_000;
 /// Nesting (loops, macros, includes) one rendering may reach.
 const RECURSION: usize = 64;
 
+/// Longest one rendering may take. The fuel bounds the instructions, not what one costs
+/// (a filter over a 100 MB string is one instruction); real templates take well under a
+/// millisecond.
+pub const TIME_LIMIT: Duration = Duration::from_secs(2);
+
+/// What a rendering over the time limit is told.
+const SLOW: &str = "ran past its time limit";
+
 impl ChatTemplate {
     /// Compiles `source`; a template that does not parse is an error at load time, and so is
     /// one that cannot render a one-message conversation within its fuel.
     pub fn new(source: &str, bos: String, eos: String) -> Result<Self, TokenizerError> {
+        Self::with_time_limit(source, bos, eos, TIME_LIMIT)
+    }
+
+    /// As [`ChatTemplate::new`], with another bound on one rendering's time.
+    pub fn with_time_limit(
+        source: &str,
+        bos: String,
+        eos: String,
+        time_limit: Duration,
+    ) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION);
@@ -123,16 +145,17 @@ impl ChatTemplate {
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TokenizerError::TemplateSyntax(e.to_string()))?;
         let t = Self {
-            env,
+            env: Arc::new(env),
             bos,
             eos,
             source: source.to_string(),
+            time_limit,
         };
         // A template may refuse a conversation on purpose (`raise_exception`); one that
         // exhausts its limits on the smallest one is broken or hostile.
         let hello = [ChatMessage::text("user", "Hello")];
         if let Err(TokenizerError::Template(e)) = t.render(&hello)
-            && (e.contains("fuel") || e.contains("recursion"))
+            && (e.contains("fuel") || e.contains("recursion") || e.contains(SLOW))
         {
             return Err(TokenizerError::TemplateSyntax(format!(
                 "the chat template cannot render a one-message conversation: {e}"
@@ -157,18 +180,34 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
     ) -> Result<String, TokenizerError> {
-        let tmpl = self
-            .env
-            .get_template("chat")
-            .map_err(|e| TokenizerError::Template(e.to_string()))?;
-        tmpl.render(context! {
+        let ctx = context! {
             messages => messages,
             tools => tools,
             add_generation_prompt => true,
             bos_token => self.bos,
             eos_token => self.eos,
-        })
-        .map_err(|e| TokenizerError::Template(e.to_string()))
+        };
+        // On a thread of its own, so that the caller can stop waiting at the time limit;
+        // a rendering left behind ends when its fuel does.
+        let env = self.env.clone();
+        let (tx, rx) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("chat-template".into())
+            .spawn(move || {
+                let out = env.get_template("chat").and_then(|t| t.render(ctx));
+                let _ = tx.send(out.map_err(|e| e.to_string()));
+            })
+            .map_err(|e| TokenizerError::Template(format!("no thread to render on: {e}")))?;
+        match rx.recv_timeout(self.time_limit) {
+            Ok(out) => out.map_err(TokenizerError::Template),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(TokenizerError::Template(format!(
+                "the chat template {SLOW} ({} ms)",
+                self.time_limit.as_millis()
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(TokenizerError::Template(
+                "the chat template's rendering failed".into(),
+            )),
+        }
     }
 }
 
@@ -216,6 +255,36 @@ mod tests {
         );
         // And the template still serves short conversations.
         assert_eq!(t.render(&talk(2)).unwrap(), "m0m1");
+    }
+
+    #[test]
+    fn a_template_slower_than_its_time_limit_fails_that_request_only() {
+        // Few instructions, each over a 20 MB string: the fuel never runs out.
+        let slow = "{% if messages|length > 1 %}{% set s = 'x' * 20000000 %}\
+                    {% for i in range(100) %}{% if (s|upper)|length < 1 %}{% endif %}\
+                    {% endfor %}{% endif %}{{ messages|length }}";
+        let limit = Duration::from_millis(200);
+        let t = ChatTemplate::with_time_limit(slow, String::new(), String::new(), limit)
+            .expect("one message renders at once");
+        let start = std::time::Instant::now();
+        let e = t.render(&talk(2)).expect_err("over its time");
+        assert!(e.to_string().contains(SLOW), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(t.render(&talk(1)).unwrap(), "1");
+        // At load, a template too slow for one message is refused.
+        let e = ChatTemplate::with_time_limit(
+            &slow.replace("> 1", "> 0"),
+            String::new(),
+            String::new(),
+            limit,
+        )
+        .err()
+        .expect("refused");
+        assert!(e.to_string().contains(SLOW), "{e}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Reading a GGUF file: memory-mapped, metadata through candle's `gguf_file` reader.
+//! Reading a GGUF file: memory-mapped, its header read by our own checked reader
+//! (`header.rs`) into candle's `Content`.
+
+mod header;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::GgmlDType;
@@ -53,15 +55,28 @@ impl GgufFile {
             path: path.to_path_buf(),
             reason,
         })?;
-        let content =
-            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| ModelError::NotGguf {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        let content = header::read(&mmap).map_err(|reason| ModelError::NotGguf {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         Ok(Self {
             path: path.to_path_buf(),
             content,
             data: Data::Mapped(mmap),
+        })
+    }
+
+    /// A GGUF file already in memory (the fuzz target reads one this way), checked as
+    /// [`GgufFile::open`] checks a file; `path` only names it in errors.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, ModelError> {
+        let content = header::read(&bytes).map_err(|reason| ModelError::NotGguf {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+            data: Data::Owned(bytes),
         })
     }
 
@@ -162,19 +177,17 @@ impl GgufFile {
             .tensor_infos
             .get(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let dims = info.shape.dims().to_vec();
-        let elems: usize = dims.iter().product();
-        let dtype = info.ggml_dtype;
-        let bytes = elems / dtype.block_size() * dtype.type_size();
-        let start = (self.content.tensor_data_offset + info.offset) as usize;
-        let data =
-            self.data
-                .bytes()
-                .get(start..start + bytes)
-                .ok_or_else(|| ModelError::NotGguf {
-                    path: self.path.clone(),
-                    reason: format!("tensor `{name}` lies past the end of the file"),
-                })?;
-        Ok((dtype, dims, data))
+        let past_end = || ModelError::NotGguf {
+            path: self.path.clone(),
+            reason: format!("tensor `{name}` lies past the end of the file"),
+        };
+        // Checked when the header was read; checked again, for files built in memory.
+        let size = header::byte_size(info).ok_or_else(past_end)?;
+        let start = self.content.tensor_data_offset.checked_add(info.offset);
+        let range = start.and_then(|s| Some(s as usize..s.checked_add(size)? as usize));
+        let data = range
+            .and_then(|r| self.data.bytes().get(r))
+            .ok_or_else(past_end)?;
+        Ok((info.ggml_dtype, info.shape.dims().to_vec(), data))
     }
 }
