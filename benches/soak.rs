@@ -1,13 +1,16 @@
 //! Soak benchmark (not a test): a real server on the default model, 32 concurrent clients
 //! sending random prompts, lengths and sampling parameters, streamed or not, 10% of them
-//! leaving mid-answer, for `SLUICE_SOAK_SECONDS` (default 600). Reports requests served,
+//! leaving mid-answer, for `SLUICE_SOAK_SECONDS` (default 600). With faults on top: the
+//! weights reloaded every 5 s (`keep` and `wait` in turn), a burst of 150 requests at once
+//! every 12 s (over the queue limit of 64: some get 429, by design), and `/health` asked
+//! every 200 ms (it must answer 200 within a second). Reports requests served, refused,
 //! errors that the client did not cause (must be 0), p50/p99 time to first token of the
 //! streamed requests, and the server's resident memory after a tenth of the run (at most a
 //! minute, once the lazily backed KV slab is in use) and at the end.
 //!
 //! `cargo bench --bench soak` (or `SLUICE_SOAK_SECONDS=60 cargo bench --bench soak`, which
-//! `.ci/run` runs). Exits non-zero when any request failed, none was served, or the server
-//! is unhealthy afterwards.
+//! `.ci/run` runs). Exits non-zero when any request, reload or probe failed, none was
+//! served, or the server is unhealthy afterwards.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,7 +58,86 @@ fn rss_kb() -> u64 {
 struct Tally {
     served: AtomicUsize,
     left: AtomicUsize,
+    /// 429s: the queue is full (the bursts fill it on purpose).
+    refused: AtomicUsize,
     errors: AtomicUsize,
+    reloads: AtomicUsize,
+    probes: AtomicUsize,
+}
+
+const ADMIN: &str = "soak-admin-token";
+
+/// Reloads the model file every 5 s, in `keep` and `wait` mode by turns.
+async fn reloader(base: String, path: String, until: Instant, tally: Arc<Tally>) {
+    let http = reqwest::Client::new();
+    let mut keep = true;
+    while Instant::now() + Duration::from_secs(5) < until {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mode = if keep { "keep" } else { "wait" };
+        keep = !keep;
+        let r = http
+            .post(format!("{base}/admin/reload"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"path": path, "mode": mode}))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status().is_success() => tally.reloads.fetch_add(1, Ordering::SeqCst),
+            other => {
+                eprintln!("reload failed: {other:?}");
+                tally.errors.fetch_add(1, Ordering::SeqCst)
+            }
+        };
+    }
+}
+
+/// Every 12 s, 150 short requests at once: each answered, or refused with a 429.
+async fn bursts(base: String, model: String, until: Instant, tally: Arc<Tally>) {
+    let http = reqwest::Client::new();
+    while Instant::now() + Duration::from_secs(12) < until {
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let all: Vec<_> = (0..150)
+            .map(|i| {
+                let body = json!({"model": model, "prompt": format!("burst {i}"), "max_tokens": 2});
+                http.post(format!("{base}/v1/completions"))
+                    .json(&body)
+                    .send()
+            })
+            .collect();
+        for r in futures::future::join_all(all).await {
+            match r.map(|r| r.status().as_u16()) {
+                Ok(200) => tally.served.fetch_add(1, Ordering::SeqCst),
+                Ok(429) => tally.refused.fetch_add(1, Ordering::SeqCst),
+                other => {
+                    eprintln!("burst request: {other:?}");
+                    tally.errors.fetch_add(1, Ordering::SeqCst)
+                }
+            };
+        }
+    }
+}
+
+/// `/health` every 200 ms, each on a new connection: 200 within a second.
+async fn prober(base: String, until: Instant, tally: Arc<Tally>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    while Instant::now() < until {
+        let t = Instant::now();
+        let r = http.get(format!("{base}/health")).send().await;
+        match r {
+            Ok(r) if r.status() == 200 && t.elapsed() < Duration::from_secs(1) => {
+                tally.probes.fetch_add(1, Ordering::SeqCst)
+            }
+            other => {
+                eprintln!("probe failed after {:?}: {other:?}", t.elapsed());
+                tally.errors.fetch_add(1, Ordering::SeqCst)
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 async fn client(
@@ -105,6 +187,12 @@ async fn client(
                 continue;
             }
         };
+        if resp.status() == 429 {
+            // As a well-behaved client does: wait as `Retry-After` says (1 s).
+            tally.refused.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
         if !resp.status().is_success() {
             eprintln!(
                 "status {}: {}",
@@ -200,8 +288,11 @@ fn main() {
     let mut args = Wrap::parse_from(["soak"]).args;
     args.slots = 16;
     args.context = Some(1024);
+    args.max_queued_requests = 64;
+    args.admin_token = Some(ADMIN.into());
     let config = args.config().expect("a valid configuration");
     let model = config.model.name.clone();
+    let path = config.model.path.display().to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -210,11 +301,21 @@ fn main() {
         let on_ready = move |_: &sluice::http::AppState| {
             let _ = ready_tx.send(());
         };
-        tokio::spawn(sluice::run_with(listener, config, std::future::pending(), on_ready));
+        tokio::spawn(sluice::run_with(
+            listener,
+            config,
+            std::future::pending(),
+            on_ready,
+        ));
         ready_rx.await.expect("run scripts/fetch-model first");
         // Warm-up, then the starting footprint.
         let warm = json!({"model": model, "prompt": "warm up", "max_tokens": 8});
-        reqwest::Client::new().post(format!("{base}/v1/completions")).json(&warm).send().await.unwrap();
+        reqwest::Client::new()
+            .post(format!("{base}/v1/completions"))
+            .json(&warm)
+            .send()
+            .await
+            .unwrap();
         let until = Instant::now() + Duration::from_secs(seconds);
         // The starting footprint is taken once the load has run for a tenth of the time
         // (at most a minute): the KV slab's pages are backed lazily, on first use.
@@ -227,20 +328,38 @@ fn main() {
         let clients: Vec<_> = (0..32)
             .map(|i| tokio::spawn(client(i, base.clone(), model.clone(), until, tally.clone())))
             .collect();
+        let faults = [
+            tokio::spawn(reloader(base.clone(), path, until, tally.clone())),
+            tokio::spawn(bursts(base.clone(), model.clone(), until, tally.clone())),
+            tokio::spawn(prober(base.clone(), until, tally.clone())),
+        ];
         let mut ttfts = Vec::new();
         for c in clients {
             ttfts.extend(c.await.unwrap());
         }
+        for f in faults {
+            f.await.unwrap();
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (rss0, rss1) = (rss0.await.unwrap(), rss_kb());
         ttfts.sort_by(f64::total_cmp);
-        let q = |p: f64| ttfts.get(((ttfts.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0.0) * 1e3;
+        let q = |p: f64| {
+            ttfts
+                .get(((ttfts.len() as f64 - 1.0) * p) as usize)
+                .copied()
+                .unwrap_or(0.0)
+                * 1e3
+        };
         println!(
-            "soak {seconds} s, 32 clients: {} requests served, {} left mid-answer (10% by design), {} errors; \
+            "soak {seconds} s, 32 clients: {} requests served, {} left mid-answer (10% by design), \
+             {} refused (429, the bursts), {} errors; {} reloads, {} probes; \
              TTFT p50 {:.0} ms, p99 {:.0} ms ({} streamed); RSS {} MB -> {} MB ({:+.1}%)",
             tally.served.load(Ordering::SeqCst),
             tally.left.load(Ordering::SeqCst),
+            tally.refused.load(Ordering::SeqCst),
             tally.errors.load(Ordering::SeqCst),
+            tally.reloads.load(Ordering::SeqCst),
+            tally.probes.load(Ordering::SeqCst),
             q(0.5),
             q(0.99),
             ttfts.len(),
@@ -248,9 +367,15 @@ fn main() {
             rss1 / 1024,
             (rss1 as f64 / rss0.max(1) as f64 - 1.0) * 100.0
         );
-        let health = reqwest::get(format!("{base}/health")).await.unwrap().status();
+        let health = reqwest::get(format!("{base}/health"))
+            .await
+            .unwrap()
+            .status();
         println!("health after the soak: {health}");
-        let (served, errors) = (tally.served.load(Ordering::SeqCst), tally.errors.load(Ordering::SeqCst));
+        let (served, errors) = (
+            tally.served.load(Ordering::SeqCst),
+            tally.errors.load(Ordering::SeqCst),
+        );
         if errors > 0 || served == 0 || !health.is_success() {
             eprintln!("soak failed: {errors} errors, {served} served, health {health}");
             std::process::exit(1);

@@ -147,6 +147,14 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_ready: impl FnOnce(&AppState) + Send + 'static,
 ) -> anyhow::Result<()> {
+    // A certificate that does not load stops the server before it answers anything.
+    let tls = match &config.http.tls {
+        Some(files) => Some(http::tls::Tls::new(files).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    if let Some(t) = &tls {
+        t.watch();
+    }
     let app: Arc<OnceLock<(Router, AppState)>> = Arc::new(OnceLock::new());
     let gate = {
         let app = app.clone();
@@ -202,7 +210,7 @@ pub async fn run_with(
             }
         }
     };
-    let serve = http::conn::serve(listener, gate, config.http.conn, stop);
+    let serve = http::conn::serve(listener, gate, config.http.conn, tls, stop);
     let hard_stop = async move {
         let Ok(end) = close_rx
             .wait_for(Option::is_some)

@@ -31,11 +31,17 @@ async fn health_head(s: &mut TcpStream) -> String {
 }
 
 /// Everything the server sends on `s` until it closes it, which must be within 5 s.
-async fn answer_until_closed(s: &mut TcpStream) -> String {
+async fn answer_until_closed(s: &mut TcpStream, what: &str) -> String {
     let mut answer = String::new();
+    let t = Instant::now();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut answer))
         .await
-        .expect("answered at once")
+        .unwrap_or_else(|_| {
+            panic!(
+                "{what}: not answered and closed in {:?}: {answer:?}",
+                t.elapsed()
+            )
+        })
         .unwrap();
     answer
 }
@@ -183,7 +189,7 @@ async fn connections_over_the_cap_are_refused_at_once() {
     // The ninth, silent, is answered 503 within half a second and closed.
     let t = Instant::now();
     let mut extra = TcpStream::connect(&at).await.unwrap();
-    let answer = answer_until_closed(&mut extra).await;
+    let answer = answer_until_closed(&mut extra, "a silent connection over the cap").await;
     assert!(t.elapsed() < Duration::from_secs(2));
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("retry-after: 1") && answer.contains("too_many_connections"));
@@ -196,7 +202,7 @@ async fn connections_over_the_cap_are_refused_at_once() {
         body.len()
     );
     eager.write_all(post.as_bytes()).await.unwrap();
-    let answer = answer_until_closed(&mut eager).await;
+    let answer = answer_until_closed(&mut eager, "a POST over the cap").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("too_many_connections"), "{answer}");
     // Probes are answered over the cap, within a second: an orchestrator never restarts a
@@ -206,7 +212,7 @@ async fn connections_over_the_cap_are_refused_at_once() {
         let mut s = TcpStream::connect(&at).await.unwrap();
         let get = format!("GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n");
         s.write_all(get.as_bytes()).await.unwrap();
-        let answer = answer_until_closed(&mut s).await;
+        let answer = answer_until_closed(&mut s, probe).await;
         assert!(
             t.elapsed() < Duration::from_secs(1),
             "{probe}: {:?}",
@@ -284,10 +290,24 @@ async fn header_body_and_idle_timeouts_are_separate() {
     )
     .await
     .unwrap();
-    let answer = answer_until_closed(&mut body).await;
+    let answer = answer_until_closed(&mut body, "a slow body").await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request_timeout"), "{answer}");
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // On Anthropic's route, in Anthropic's shape.
+    let mut body = TcpStream::connect(&at).await.unwrap();
+    body.write_all(
+        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n{\"messages\": [",
+    )
+    .await
+    .unwrap();
+    let answer = answer_until_closed(&mut body, "a slow body").await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let json = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let v: serde_json::Value = serde_json::from_str(json).expect("a JSON body");
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "timeout_error", "{v}");
     // The server serves on.
     let mut again = TcpStream::connect(&at).await.unwrap();
     assert!(health_head(&mut again).await.starts_with("HTTP/1.1 200"));

@@ -33,7 +33,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("listening on {addr}: {e}"))?;
-        tracing::info!(model = %config.model.name, address = %listener.local_addr()?, "listening; loading the model");
+        let scheme = if config.http.tls.is_some() { "https" } else { "http" };
+        tracing::info!(model = %config.model.name, address = %listener.local_addr()?, scheme, "listening; loading the model");
         sluice::run(listener, config, shutdown_signal()).await
     })
 }

@@ -150,6 +150,13 @@ pub struct ServeArgs {
     /// request before the server closes it.
     #[arg(long, env = "SLUICE_IDLE_TIMEOUT", default_value_t = 60.0)]
     pub idle_timeout: f64,
+    /// PEM certificate chain to serve HTTPS with (with `--tls-key-file`); reloaded on
+    /// SIGHUP or when the file changes.
+    #[arg(long, env = "SLUICE_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `--tls-cert-file`.
+    #[arg(long, env = "SLUICE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
     /// Log format: `text` or `json` (one object per line). `RUST_LOG` sets the levels.
     #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -417,6 +424,13 @@ impl ServeArgs {
                 header_timeout: at_least_100ms("header-read-timeout", self.header_read_timeout)?,
                 body_timeout: at_least_100ms("body-read-timeout", self.body_read_timeout)?,
                 idle_timeout: at_least_100ms("idle-timeout", self.idle_timeout)?,
+            },
+            tls: match (&self.tls_cert_file, &self.tls_key_file) {
+                (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
             },
         };
         let admin = self

@@ -41,6 +41,8 @@ pub struct HttpConfig {
     pub shutdown_grace: Duration,
     /// Connection limits.
     pub conn: crate::http::conn::ConnLimits,
+    /// HTTPS certificate and key (`None`: plain HTTP).
+    pub tls: Option<crate::http::tls::TlsFiles>,
 }
 
 /// The admin API (present only with a token).

@@ -12,7 +12,9 @@
 //!   body once the headers are in (past it: 408, and the connection closes); and a
 //!   kept-alive connection idle between requests for `idle_timeout` is closed. A watchdog
 //!   per connection reads `activity::Activity` every 100 ms;
-//! - HTTP/1.1 only (no HTTP/2), so a connection carries one request at a time;
+//! - HTTP/1.1 only (no HTTP/2), so a connection carries one request at a time; with
+//!   `--tls-cert-file` every connection is TLS (`tls.rs`), its handshake within the
+//!   header timeout;
 //! - on shutdown, accepting stops, idle connections close, and each busy one closes after
 //!   its response.
 
@@ -29,10 +31,11 @@ use hyper::body::Incoming;
 use tower::ServiceExt;
 
 use super::activity::{Activity, Deadline, Held, Verdict, Watched};
+use super::tls::Tls;
 use crate::error::{ApiError, HttpError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
@@ -93,13 +96,35 @@ fn is_probe(req: &axum::extract::Request) -> bool {
 
 /// A connection over the cap: one request, a probe served by `app`, anything else the
 /// 503; silence for `PROBE_WAIT` gets the 503 too. Then the connection closes.
-async fn over_cap(stream: TcpStream, app: Router, _reserve: OwnedSemaphorePermit) {
+async fn over_cap(
+    stream: TcpStream,
+    app: Router,
+    tls: Option<Tls>,
+    _reserve: OwnedSemaphorePermit,
+) {
     let mut first = [0u8; 1];
     match tokio::time::timeout(PROBE_WAIT, stream.peek(&mut first)).await {
         Ok(Ok(n)) if n > 0 => {}
         Ok(_) => return,
-        Err(_) => return refuse(stream).await,
+        Err(_) if tls.is_none() => return refuse(stream).await,
+        // No plain-text 503 for a TLS client: the connection closes.
+        Err(_) => return,
     }
+    match tls {
+        None => probe_only(stream, app).await,
+        Some(tls) => {
+            if let Ok(Ok(s)) = tokio::time::timeout(PROBE_WAIT, tls.acceptor.accept(stream)).await {
+                probe_only(s, app).await
+            }
+        }
+    }
+}
+
+/// One request on `stream`: a probe served by `app`, anything else the 503.
+async fn probe_only<S>(stream: S, app: Router)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = tower::service_fn(move |req: axum::extract::Request| {
         let app = app.clone();
         async move {
@@ -141,14 +166,15 @@ fn refusal_response() -> axum::response::Response {
 }
 
 /// Serves one connection until it closes, holding its place under the cap.
-async fn connection(
-    stream: TcpStream,
+async fn connection<S>(
+    stream: S,
     app: Router,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
     _place: OwnedSemaphorePermit,
-) {
-    let _ = stream.set_nodelay(true);
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Activity::new();
     let io = Watched {
         inner: stream,
@@ -158,6 +184,7 @@ async fn connection(
     let service = tower::service_fn(move |req: axum::http::Request<Incoming>| {
         let (app, busy) = (app.clone(), watched.begin());
         let fired = Arc::new(AtomicBool::new(false));
+        let anthropic = super::messages::is_messages_route(req.uri().path());
         let req = req.map(|b| {
             Body::new(Deadline::new(
                 Body::new(b),
@@ -171,7 +198,14 @@ async fn connection(
                 Err(never) => match never {},
             };
             let mut response = if fired.load(Ordering::SeqCst) {
-                let mut r = ApiError::from(HttpError::BodyTimeout).into_response();
+                // In the shape of the API the client speaks.
+                let mut r = match anthropic {
+                    true => super::messages::error_response(
+                        axum::http::StatusCode::REQUEST_TIMEOUT,
+                        HttpError::BodyTimeout.to_string(),
+                    ),
+                    false => ApiError::from(HttpError::BodyTimeout).into_response(),
+                };
                 r.headers_mut().insert(
                     axum::http::header::CONNECTION,
                     axum::http::HeaderValue::from_static("close"),
@@ -228,6 +262,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnLimits,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let places = Arc::new(Semaphore::new(limits.max_connections));
@@ -250,17 +285,24 @@ pub async fn serve(
         };
         match places.clone().try_acquire_owned() {
             Ok(place) => {
-                tokio::spawn(connection(
-                    stream,
-                    app.clone(),
-                    limits,
-                    stop_rx.clone(),
-                    place,
-                ));
+                let _ = stream.set_nodelay(true);
+                let (app, stop, tls) = (app.clone(), stop_rx.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let Some(tls) = tls else {
+                        return connection(stream, app, limits, stop, place).await;
+                    };
+                    // The handshake counts against the header timeout.
+                    let shake = tls.acceptor.accept(stream);
+                    match tokio::time::timeout(limits.header_timeout, shake).await {
+                        Ok(Ok(s)) => connection(s, app, limits, stop, place).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                });
             }
             Err(_) => match reserve.clone().try_acquire_owned() {
                 Ok(r) => {
-                    tokio::spawn(over_cap(stream, app.clone(), r));
+                    tokio::spawn(over_cap(stream, app.clone(), tls.clone(), r));
                 }
                 Err(_) => {
                     tracing::debug!("connection refused: too many open connections");

@@ -38,7 +38,7 @@ fn error_type(status: u16) -> &'static str {
         413 => "request_too_large",
         429 => "rate_limit_error",
         503 | 529 => "overloaded_error",
-        504 => "timeout_error",
+        408 | 504 => "timeout_error",
         _ => "api_error",
     }
 }
@@ -51,6 +51,24 @@ fn error_body(status: u16, message: String) -> AnthropicError {
             message,
         },
     }
+}
+
+/// Whether `path` is one of Anthropic's routes (whose errors take Anthropic's shape).
+pub fn is_messages_route(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
+}
+
+/// An error response in Anthropic's shape, for errors raised outside the routes (a body
+/// that did not arrive in time).
+pub fn error_response(status: axum::http::StatusCode, message: String) -> Response {
+    let body = serde_json::to_vec(&error_body(status.as_u16(), message)).expect("errors serialise");
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// Rewrites any error response of the wrapped routes (validation, authentication, body

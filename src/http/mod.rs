@@ -12,6 +12,7 @@ pub mod openai;
 pub mod openapi;
 pub mod request_id;
 pub mod responses;
+pub mod tls;
 pub mod ui;
 
 use std::sync::Arc;

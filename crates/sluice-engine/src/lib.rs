@@ -53,7 +53,7 @@ pub use failpoint::check as check_failpoint;
 pub use gguf::GgufFile;
 pub use handle::{EngineHandle, EventStream};
 pub use hf::Quantize;
-pub use load::{LoadOptions, Loaded, load, open_model, warm_up};
+pub use load::{LoadOptions, Loaded, build, load, open_model, warm_up};
 pub use metrics::{LATENCY, Metrics};
 pub use model::{Model, Shape};
 pub use reload::{ReloadMode, Swapped};

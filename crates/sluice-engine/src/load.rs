@@ -74,13 +74,23 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Loaded, ModelError> {
         None => None,
     };
     let file = open_model(path, options.quantize)?;
-    let model = model::load(&file)?;
     // A folder's tokenizer is its tokenizer.json.
     let tokenizer_json = options
         .tokenizer
         .clone()
         .or_else(|| path.is_dir().then(|| path.join("tokenizer.json")));
-    let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json.as_deref(), template.as_deref())?;
+    build(file, tokenizer_json.as_deref(), template.as_deref())
+}
+
+/// Builds the model and tokenizer of a file already open (or read into memory): what
+/// [`load`] does after opening, and what the model-file fuzz target runs.
+pub fn build(
+    file: GgufFile,
+    tokenizer_json: Option<&Path>,
+    template: Option<&str>,
+) -> Result<Loaded, ModelError> {
+    let model = model::load(&file)?;
+    let tokenizer = Tokenizer::from_gguf(&file, tokenizer_json, template)?;
     consistent(model.shape().vocab, &tokenizer)?;
     Ok(Loaded {
         model,
