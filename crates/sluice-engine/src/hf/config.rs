@@ -179,6 +179,12 @@ impl Config {
             if let Some(s) = num(&c, "final_logit_softcapping") {
                 put(key("final_logit_softcapping"), Value::F32(s as f32));
             }
+            // Gemma's attention scale is 1/sqrt(query_pre_attn_scalar), which is not the
+            // head size in every model (27B). GGUF has no key for it (llama.cpp infers it
+            // from the size); a folder's is kept under this one.
+            if let Some(q) = num(&c, "query_pre_attn_scalar") {
+                put(key("attention.query_pre_attn_scalar"), Value::F32(q as f32));
+            }
         } else if arch == "llama"
             && let Some(w) = num(&c, "sliding_window")
         {
@@ -221,6 +227,10 @@ impl Config {
                         1.0
                     };
                     put(key("rope.scaling.attn_factor"), Value::F32(attn as f32));
+                    put(
+                        key("rope.scaling.original_context_length"),
+                        Value::U32(orig as u32),
+                    );
                 }
                 "default" | "none" => {}
                 other => put(key("rope.scaling.type"), Value::String(other.into())),

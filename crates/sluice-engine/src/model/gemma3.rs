@@ -59,13 +59,20 @@ impl Architecture for Gemma3 {
             .get_f32("gemma3.final_logit_softcapping")
             .ok()
             .filter(|&c| c > 0.0);
+        // 1/sqrt(query_pre_attn_scalar): a folder's value, else as llama.cpp infers it
+        // (the 27B model, 62 layers, scales by width / heads; the others by head size).
+        let scalar = match file.get_f32("gemma3.attention.query_pre_attn_scalar") {
+            Ok(q) if q > 0.0 => q,
+            _ if hp.n_layers == 62 => (hp.dim / hp.n_heads) as f32,
+            _ => hp.head_dim as f32,
+        };
         let mut layers = Vec::with_capacity(hp.n_layers);
         for (l, &swa) in sliding.iter().enumerate().take(hp.n_layers) {
             let p = |s: &str| format!("blk.{l}.{s}.weight");
             let options = AttentionOptions {
                 window: if swa { hp.window } else { None },
                 softcap: None,
-                scale: Some(1.0 / (hp.head_dim as f32).sqrt()),
+                scale: Some(1.0 / scalar.sqrt()),
             };
             let rope = if swa { local.clone() } else { global.clone() };
             let attn = hp.attention(file, l, rope, options)?;

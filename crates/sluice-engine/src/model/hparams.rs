@@ -259,10 +259,20 @@ fn rope_scaling(file: &GgufFile, arch: &str) -> Result<RopeScaling, ModelError> 
     if let Some(f) = tensor("rope_freqs.weight")? {
         return Ok(RopeScaling::Factors(f));
     }
-    if let Some(f) = tensor("rope_factors_short.weight")? {
-        // Phi-3's long factors apply past the original context only; sluice serves within
-        // it, as llama.cpp does at the default context.
-        return Ok(RopeScaling::Factors(f));
+    if let Some(short) = tensor("rope_factors_short.weight")? {
+        // Phi-3's longrope: the long factors when the model's context reaches past the
+        // original one (Phi-3.5 and 4: 128k over 4k), as llama.cpp chooses at its default
+        // context and as transformers does for any sequence longer than the original
+        // context; the short ones otherwise.
+        let u = |k: &str| file.get_u64(&format!("{arch}.{k}")).ok();
+        let long = match (
+            u("context_length"),
+            u("rope.scaling.original_context_length"),
+        ) {
+            (Some(train), Some(orig)) if train > orig => tensor("rope_factors_long.weight")?,
+            _ => None,
+        };
+        return Ok(RopeScaling::Factors(long.unwrap_or(short)));
     }
     match kind {
         "none" => Ok(RopeScaling::None),

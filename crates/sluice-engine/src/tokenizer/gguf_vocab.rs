@@ -20,6 +20,11 @@ use crate::gguf::GgufFile;
 
 const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Mistral's Tekken (Nemo, Pixtral, Small 3): the regex of its `tokenizer.json`, which
+/// splits words where lower case turns to upper and takes digits one by one. (llama.cpp
+/// rewrites it for its own regex engine, treating every letter outside a-z as upper case;
+/// the `tokenizers` crate runs the original, as transformers does.)
+const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF token types (llama.cpp `llama_token_type`).
@@ -91,7 +96,11 @@ fn pre_tokenizer(pre: &str) -> Result<(PreTokenizerWrapper, bool), TokenizerErro
             Sequence::new(vec![Digits::new(true).into(), byte_level_regex.into()]).into(),
             false,
         ),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" | "tekken" => (
+        "tekken" => (
+            Sequence::new(vec![split(TEKKEN_REGEX)?, byte_level_only.into()]).into(),
+            true,
+        ),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => (
             Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level_only.into()]).into(),
             true,
         ),
@@ -286,4 +295,58 @@ pub(super) fn end_ids(file: &GgufFile, id_of: impl Fn(&str) -> Option<u32>) -> V
         }
     }
     ids
+}
+
+#[cfg(test)]
+mod tests {
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+
+    use super::pre_tokenizer;
+
+    fn pieces(pre: &str, text: &str) -> Vec<String> {
+        let (p, _) = pre_tokenizer(pre).unwrap();
+        let mut s = PreTokenizedString::from(text);
+        p.pre_tokenize(&mut s).unwrap();
+        s.get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(piece, _, _)| piece.to_string())
+            .collect()
+    }
+
+    /// Tekken splits where lower case turns to upper and takes digits one by one, where
+    /// Llama 3's regex keeps `HelloWorld` and `123` whole (pieces are byte-level: `Ġ` is a
+    /// space, `Ċ` a newline).
+    #[test]
+    fn tekken_splits_by_its_own_regex() {
+        let text = "HelloWorld 123 don't HTTPServer\n\nÉcole";
+        assert_eq!(
+            pieces("tekken", text),
+            [
+                "Hello",
+                "World",
+                "Ġ",
+                "1",
+                "2",
+                "3",
+                "Ġdon",
+                "'t",
+                "ĠHTTPServer",
+                "ĊĊ",
+                "Ãīcole"
+            ]
+        );
+        assert_eq!(
+            pieces("llama3", text),
+            [
+                "HelloWorld",
+                "Ġ",
+                "123",
+                "Ġdon",
+                "'t",
+                "ĠHTTPServer",
+                "ĊĊ",
+                "Ãīcole"
+            ]
+        );
+    }
 }

@@ -15,7 +15,10 @@ pub(crate) fn quantise_block(xb: &[f32], qb: &mut [i8]) -> (i32, i32, f32) {
     for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
         let mut s = 0i32;
         for (q, v) in qh.iter_mut().zip(xh) {
-            let r = (v * id).round_ties_even() as i32;
+            // Within the quant range: only a block the SIMD kernels hand over (a NaN, an
+            // infinity, a scale whose inverse overflows) can reach past it, and its sums
+            // must not overflow.
+            let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i32;
             *q = r as i8;
             s += r;
         }

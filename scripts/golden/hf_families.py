@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Tiny random Hugging Face folders of every family, and transformers' prompt logprobs on them.
+
+usage:
+  scripts/golden/hf_families.py write DIR
+      Writes DIR/<family>/ (config.json, model.safetensors in F32, tokenizer.json,
+      tokenizer_config.json) for llama, llama3 (its RoPE scaling), mistral (a sliding window
+      of 16 the prompts pass), qwen2 (QKV biases, tied head), qwen3 (QK-norm, head size
+      != width / heads), phi3 (fused QKV and gate-up, partial rotary, longrope past an
+      original context of 32) and gemma3 (sliding window 8 every other layer,
+      query_pre_attn_scalar 24 != head size 16). numpy only (scripts/venv); the weights are
+      those of scripts/golden/tiny_models.py, in Hugging Face's names and layout.
+  scripts/golden/hf_families.py reference DIR OUT.json
+      Writes the folders, loads each with transformers (float32, eager attention) and
+      records, for every prompt position, the logprob of the next prompt token and the top 5.
+      Needs torch and transformers (a venv of its own: they are ~3 GB); run once, and the
+      output is committed as tests/data/hf-families.json, which tests/transformers.rs checks
+      sluice against (with the folders' SHA-256, so the weights are the ones it ran).
+"""
+import hashlib, json, os, sys
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_models as tm  # noqa: E402
+
+FAMILIES = ["llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma3"]
+# Longer than every window (8, 16) and phi3's original context (32).
+PROMPTS = [[(i * 37) % 300 + 10 for i in range(48)], [(i * 101 + 7) % 310 + 5 for i in range(56)]]
+ORIG_CTX = 32
+
+
+def unpermute(a, heads):
+    """The inverse of llama.cpp's Q/K row permutation (GGUF order back to Hugging Face's)."""
+    out = a.reshape(heads, a.shape[0] // heads // 2, 2, *a.shape[1:])
+    return out.swapaxes(1, 2).reshape(a.shape)
+
+
+def config(family, head, layers):
+    base = {"hidden_size": tm.DIM, "intermediate_size": tm.FFN, "num_hidden_layers": layers,
+            "num_attention_heads": tm.HEADS, "num_key_value_heads": tm.KV, "head_dim": head,
+            "max_position_embeddings": tm.CTX, "rms_norm_eps": 1e-6, "vocab_size": tm.VOCAB,
+            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+            "tie_word_embeddings": family in ("qwen2", "gemma3"), "rope_theta": 10000.0,
+            "hidden_act": "silu", "attention_bias": False}
+    arch = {"llama": "LlamaForCausalLM", "llama3": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+            "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
+            "gemma3": "Gemma3ForCausalLM"}[family]
+    model_type = {"llama3": "llama", "gemma3": "gemma3_text"}.get(family, family)
+    base.update({"architectures": [arch], "model_type": model_type})
+    if family == "llama3":
+        base["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": ORIG_CTX}
+    if family == "mistral":
+        base["sliding_window"] = 16
+    if family == "qwen2":
+        base.update({"use_sliding_window": False, "sliding_window": None})
+    if family == "phi3":
+        rot = 12
+        base.update({"partial_rotary_factor": rot / head, "original_max_position_embeddings": ORIG_CTX,
+                     "rope_scaling": {"type": "longrope",
+                                      "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.6],
+                                      "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 16.0]},
+                     "sliding_window": None, "pad_token_id": 0})
+    if family == "gemma3":
+        base.update({"rope_theta": 1e6, "rope_local_base_freq": 10000.0, "sliding_window": 8,
+                     "sliding_window_pattern": 2, "query_pre_attn_scalar": 24,
+                     "hidden_activation": "gelu_pytorch_tanh",
+                     "layer_types": ["sliding_attention" if (l + 1) % 2 else "full_attention"
+                                     for l in range(layers)]})
+    return base
+
+
+def write(family, out):
+    os.makedirs(out, exist_ok=True)
+    head, layers = tm.hp(family)
+    W = tm.weights(family)
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    per = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+           "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+           "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+           "ffn_down": "mlp.down_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+           "attn_qkv": "self_attn.qkv_proj"}
+    if family == "phi3":
+        per["ffn_up"] = "mlp.gate_up_proj"
+    if family == "gemma3":
+        per.update({"ffn_norm": "pre_feedforward_layernorm", "post_attention_norm": "post_attention_layernorm",
+                    "post_ffw_norm": "post_feedforward_layernorm"})
+    tensors = {}
+    for name, a in W.items():
+        if name.startswith("rope_"):
+            continue  # Hugging Face derives the factors from config.json
+        if name in names:
+            hf = names[name]
+        else:
+            _, l, rest = name.split(".", 2)
+            base, kind = rest.rsplit(".", 1)
+            hf = f"model.layers.{l}.{per[base]}.{kind}"
+        if family in ("llama", "llama3", "mistral") and (".attn_q." in name or ".attn_k." in name):
+            a = unpermute(a, tm.HEADS if ".attn_q." in name else tm.KV)
+        if family == "gemma3" and name.endswith("norm.weight"):
+            a = a - 1.0
+        tensors[hf] = np.ascontiguousarray(a)
+    tm.save_safetensors(tensors, os.path.join(out, "model.safetensors"), "F32")
+    json.dump(config(family, head, layers), open(os.path.join(out, "config.json"), "w"), indent=1)
+    # The tokenizer files tiny_models.py writes (the comparisons are on ids).
+    tmp = out + ".tok"
+    tm.write_hf("qwen2", tmp)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.replace(os.path.join(tmp, f), os.path.join(out, f))
+    for f in os.listdir(tmp):
+        os.remove(os.path.join(tmp, f))
+    os.rmdir(tmp)
+
+
+def sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def write_all(d):
+    for f in FAMILIES:
+        write(f, os.path.join(d, f))
+
+
+def reference(d, out_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+    write_all(d)
+    out = {"about": __doc__, "prompts": PROMPTS, "transformers": __import__("transformers").__version__,
+           "torch": torch.__version__, "models": {}}
+    for f in FAMILIES:
+        path = os.path.join(d, f)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+        model.eval()
+        runs = []
+        for p in PROMPTS:
+            with torch.no_grad():
+                logits = model(torch.tensor([p])).logits[0].double()
+            lp = torch.log_softmax(logits, dim=-1)
+            top = torch.topk(lp, 5, dim=-1)
+            runs.append({"next": [float(lp[i, p[i + 1]]) for i in range(len(p) - 1)],
+                         "top": [[[int(t), float(v)] for t, v in zip(top.indices[i], top.values[i])]
+                                 for i in range(len(p))]})
+        out["models"][f] = {"sha256": sha256(os.path.join(path, "model.safetensors")), "runs": runs}
+        print(f, [round(x, 3) for x in runs[0]["next"][:6]], flush=True)
+    json.dump(out, open(out_path, "w"), indent=0)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "write":
+        write_all(sys.argv[2])
+    else:
+        reference(sys.argv[2], sys.argv[3])

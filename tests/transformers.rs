@@ -1,0 +1,130 @@
+//! Every family's Hugging Face folder against transformers: tiny random models of llama,
+//! llama3 (RoPE scaling), mistral (a sliding window the prompts pass), qwen2, qwen3, phi3
+//! (longrope past its original context) and gemma3 (sliding layers, an attention scale
+//! other than the head size), written by `scripts/golden/hf_families.py`, served as stored
+//! (`--quantize none`), and their prompt logprobs compared position by position with those
+//! transformers computed on the same files (`tests/data/hf-families.json`, made once by the
+//! same script with torch): |sluice - transformers| - 0.002 |transformers| <= 0.02 nats.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sluice::engine::testing::{KvSlab, TokenRow};
+use sluice::engine::{LoadOptions, Quantize};
+
+fn reference() -> &'static Value {
+    static R: OnceLock<Value> = OnceLock::new();
+    R.get_or_init(|| {
+        let p = common::data_dir().join("hf-families.json");
+        serde_json::from_str(&std::fs::read_to_string(p).expect("hf-families.json")).unwrap()
+    })
+}
+
+/// The folders, written once per test binary by the script (numpy only).
+fn folders() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = common::scratch("hf-families");
+        let venv = std::env::var_os("SLUICE_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/venv")
+            });
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/golden/hf_families.py");
+        let out = Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg("write")
+            .arg(&dir)
+            .output()
+            .expect("the venv's python runs (scripts/venv makes it)");
+        assert!(
+            out.status.success(),
+            "hf_families.py write: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn sha256(p: &Path) -> String {
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Log-softmax of every position's logits, for the whole prompt in one forward pass.
+fn prompt_logprobs(dir: &Path, prompt: &[u32]) -> Vec<Vec<f64>> {
+    let options = LoadOptions {
+        quantize: Quantize::None,
+        ..LoadOptions::default()
+    };
+    let loaded = sluice::engine::load(dir, &options).unwrap_or_else(|e| panic!("{e}"));
+    let s = loaded.model.shape();
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, prompt.len());
+    let rows: Vec<TokenRow> = prompt
+        .iter()
+        .enumerate()
+        .map(|(pos, &token)| TokenRow {
+            token,
+            slot: 0,
+            pos,
+        })
+        .collect();
+    let want: Vec<usize> = (0..rows.len()).collect();
+    let logits = loaded.model.forward(&mut kv, &rows, &want);
+    logits
+        .chunks_exact(s.vocab)
+        .map(|l| {
+            let max = l.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+            let sum: f64 = l.iter().map(|&x| (x as f64 - max).exp()).sum();
+            l.iter().map(|&x| x as f64 - max - sum.ln()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_family_folder_matches_transformers() {
+    let r = reference();
+    let prompts: Vec<Vec<u32>> = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(common::ids)
+        .collect();
+    let mut failures = Vec::new();
+    for (family, m) in r["models"].as_object().unwrap() {
+        let dir = folders().join(family);
+        assert_eq!(
+            sha256(&dir.join("model.safetensors")),
+            m["sha256"].as_str().unwrap(),
+            "{family}: the written weights differ from those transformers ran"
+        );
+        let mut worst = (0.0f64, 0usize, 0usize);
+        for (k, prompt) in prompts.iter().enumerate() {
+            let got = prompt_logprobs(&dir, prompt);
+            let want = m["runs"][k]["next"].as_array().unwrap();
+            for (i, w) in want.iter().enumerate() {
+                let w = w.as_f64().unwrap();
+                let g = got[i][prompt[i + 1] as usize];
+                let excess = (g - w).abs() - 0.002 * w.abs();
+                if excess > worst.0 {
+                    worst = (excess, k, i);
+                }
+            }
+        }
+        if worst.0 > 0.02 {
+            failures.push(format!(
+                "{family}: prompt {} position {} is off by {:.4} nats past the allowance",
+                worst.1, worst.2, worst.0
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
