@@ -12,7 +12,8 @@ usage:
       those of scripts/golden/tiny_models.py, in Hugging Face's names and layout.
   scripts/golden/hf_families.py reference DIR OUT.json
       Writes the folders, loads each with transformers (float32, eager attention) and
-      records, for every prompt position, the logprob of the next prompt token and the top 5.
+      records, for every prompt position, the logprob of the next prompt token and the top 5;
+      and the same for a copy whose matrices went through Q4_0 and back (`runs_q4_0`).
       Needs torch and transformers (a venv of its own: they are ~3 GB); run once, and the
       output is committed as tests/data/hf-families.json, which tests/transformers.rs checks
       sluice against (with the folders' SHA-256, so the weights are the ones it ran).
@@ -122,27 +123,50 @@ def write_all(d):
         write(f, os.path.join(d, f))
 
 
-def reference(d, out_path):
+def q4_0_copy(src, dst):
+    """The folder with every matrix rounded through Q4_0 (llama.cpp's quantiser, as gguf-py
+    has it) and back to F32: what `--quantize q4_0` computes with, give or take the int8
+    activations of sluice's kernels."""
+    import shutil
+    from safetensors.numpy import load_file
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    for k, a in t.items():
+        if a.ndim == 2:
+            q = tm.gguf.quants.quantize(a, tm.T.Q4_0)
+            t[k] = tm.gguf.quants.dequantize(q, tm.T.Q4_0).reshape(a.shape).astype(np.float32)
+    tm.save_safetensors(t, os.path.join(dst, "model.safetensors"), "F32")
+
+
+def runs(path):
     import torch
     from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    out = []
+    for p in PROMPTS:
+        with torch.no_grad():
+            logits = model(torch.tensor([p])).logits[0].double()
+        lp = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(lp, 5, dim=-1)
+        out.append({"next": [float(lp[i, p[i + 1]]) for i in range(len(p) - 1)],
+                    "top": [[[int(t), float(v)] for t, v in zip(top.indices[i], top.values[i])]
+                            for i in range(len(p))]})
+    return out
+
+
+def reference(d, out_path):
+    import torch
     write_all(d)
     out = {"about": __doc__, "prompts": PROMPTS, "transformers": __import__("transformers").__version__,
            "torch": torch.__version__, "models": {}}
     for f in FAMILIES:
         path = os.path.join(d, f)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-        model.eval()
-        runs = []
-        for p in PROMPTS:
-            with torch.no_grad():
-                logits = model(torch.tensor([p])).logits[0].double()
-            lp = torch.log_softmax(logits, dim=-1)
-            top = torch.topk(lp, 5, dim=-1)
-            runs.append({"next": [float(lp[i, p[i + 1]]) for i in range(len(p) - 1)],
-                         "top": [[[int(t), float(v)] for t, v in zip(top.indices[i], top.values[i])]
-                                 for i in range(len(p))]})
-        out["models"][f] = {"sha256": sha256(os.path.join(path, "model.safetensors")), "runs": runs}
-        print(f, [round(x, 3) for x in runs[0]["next"][:6]], flush=True)
+        q4 = path + "-q4_0"
+        q4_0_copy(path, q4)
+        out["models"][f] = {"sha256": sha256(os.path.join(path, "model.safetensors")), "runs": runs(path),
+                            "runs_q4_0": runs(q4)}
+        print(f, [round(x, 3) for x in out["models"][f]["runs"][0]["next"][:6]], flush=True)
     json.dump(out, open(out_path, "w"), indent=0)
 
 

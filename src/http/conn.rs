@@ -129,7 +129,13 @@ where
         let app = app.clone();
         async move {
             if is_probe(&req) {
-                app.oneshot(req).await
+                // Said, so that a client does not count it as a place held.
+                let Ok(mut r) = app.oneshot(req).await;
+                r.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                Ok::<_, std::convert::Infallible>(r)
             } else {
                 Ok(refusal_response())
             }
