@@ -136,6 +136,12 @@ impl ChatTemplate {
         env.set_recursion_limit(RECURSION);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", super::python::tojson);
+        env.add_function("strftime_now", |f: String| super::python::strftime_now(&f));
+        // As transformers compiles chat templates: a block tag's newline is dropped, and
+        // the spaces before it on its line.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.add_function(
             "raise_exception",
             |msg: String| -> Result<String, minijinja::Error> {
@@ -180,12 +186,25 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
     ) -> Result<String, TokenizerError> {
+        self.render_with_kwargs(messages, tools, &serde_json::Map::new())
+    }
+
+    /// As `render_with_tools`, with more variables for the template (a request's
+    /// `chat_template_kwargs`, such as `enable_thinking`), as transformers'
+    /// `apply_chat_template` passes them.
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TokenizerError> {
         let ctx = context! {
             messages => messages,
             tools => tools,
             add_generation_prompt => true,
             bos_token => self.bos,
             eos_token => self.eos,
+            ..minijinja::Value::from_serialize(kwargs)
         };
         // On a thread of its own, so that the caller can stop waiting at the time limit;
         // a rendering left behind ends when its fuel does.

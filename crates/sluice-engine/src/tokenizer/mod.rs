@@ -5,6 +5,7 @@ mod bytes;
 mod chat;
 mod gguf_vocab;
 mod incremental;
+mod python;
 mod special;
 mod spm;
 
