@@ -67,3 +67,98 @@ fn real_templates_render_tools_as_transformers_does() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(checked >= 10, "{checked}");
 }
+
+/// `chat_template_kwargs` reach the template on `/v1/chat/completions` and `/tokenize`, and
+/// `/tokenize` renders `tools` as a chat request does (vLLM's shapes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_template_kwargs_and_tools_reach_the_template() {
+    let dir = common::scratch("templates");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("switch.jinja");
+    std::fs::write(
+        &path,
+        "{% if tools %}Tools: {% for t in tools %}{{ t.function.name }} {% endfor %}\n{% endif %}\
+         {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         <|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}\
+         no thinking today\n{% endif %}",
+    )
+    .unwrap();
+    let server = common::Spawned::ready(
+        &[
+            "serve",
+            "--slots",
+            "2",
+            "--context",
+            "512",
+            "--chat-template",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let text = |body: Value| {
+        let c = c.clone();
+        let base = server.base.clone();
+        async move {
+            let r: Value = c
+                .post(format!("{base}/tokenize"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let ids = r["tokens"].clone();
+            let d: Value = c
+                .post(format!("{base}/detokenize"))
+                .json(&serde_json::json!({"tokens": ids}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            d["prompt"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
+    let plain = text(serde_json::json!({"messages": msgs})).await;
+    let off = text(
+        serde_json::json!({"messages": msgs, "chat_template_kwargs": {"enable_thinking": false}}),
+    )
+    .await;
+    assert!(!plain.contains("no thinking today"), "{plain}");
+    assert!(off.ends_with("no thinking today\n"), "{off}");
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let with_tools = text(serde_json::json!({"messages": msgs, "tools": tools})).await;
+    assert!(with_tools.starts_with("Tools: get_weather"), "{with_tools}");
+    // On the chat API, the prompt grows by the template's words.
+    let usage = |kwargs: Option<Value>| {
+        let mut body = serde_json::json!({"messages": msgs, "max_tokens": 1});
+        if let Some(k) = kwargs {
+            body["chat_template_kwargs"] = k;
+        }
+        let (c, base) = (c.clone(), server.base.clone());
+        async move {
+            let r: Value = c
+                .post(format!("{base}/v1/chat/completions"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r["usage"]["prompt_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{r}"))
+        }
+    };
+    let (a, b) = (
+        usage(None).await,
+        usage(Some(serde_json::json!({"enable_thinking": false}))).await,
+    );
+    assert!(b > a, "{a} {b}");
+}

@@ -196,6 +196,10 @@ pub struct ChatRequest {
     pub tool_choice: Option<tools::ToolChoice>,
     /// Whether several calls may be made in one answer (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// More variables for the chat template, as vLLM takes them (e.g. `{"enable_thinking":
+    /// false}` for Qwen 3).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Common fields.
     #[serde(flatten)]
     pub common: CommonParams,

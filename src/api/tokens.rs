@@ -17,6 +17,11 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<WireMessage>>,
     /// `false`: no BOS token is added (default true, as for prompts).
     pub add_special_tokens: Option<bool>,
+    /// Functions, rendered by the chat template as a chat request's are (with `messages`).
+    pub tools: Option<Vec<super::tools::Tool>>,
+    /// More variables for the chat template (with `messages`), as vLLM takes them.
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `POST /detokenize`.

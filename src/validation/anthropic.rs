@@ -266,6 +266,7 @@ fn request(
         top_logprobs: None,
         tools,
         tool_choice,
+        chat_template_kwargs: None,
         parallel_tool_calls: parallel,
         common,
     })

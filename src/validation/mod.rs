@@ -334,6 +334,17 @@ pub fn messages(
         .collect()
 }
 
+/// A conversation's prompt text as the chat template renders it, with `tools` and the
+/// template's `kwargs` (`POST /tokenize`).
+pub fn conversation_text(
+    msgs: &[ChatMessage],
+    tools: Option<&[crate::api::tools::Tool]>,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    tok: &Tokenizer,
+) -> Result<String, ValidationError> {
+    tools::render(msgs, tools, kwargs, tok)
+}
+
 /// The number of tokens of a conversation's rendered prompt (tools included), whatever
 /// the context size: what `count_tokens` answers.
 pub fn prompt_tokens(

@@ -273,6 +273,7 @@ pub fn chat_request(r: &ResponsesRequest) -> Result<ChatRequest, ValidationError
         top_logprobs: None,
         tools: (!tools.is_empty()).then_some(tools),
         tool_choice: r.tool_choice.as_ref().map(tool_choice).transpose()?,
+        chat_template_kwargs: None,
         parallel_tool_calls: r.parallel_tool_calls,
         common: CommonParams {
             model: r.model.clone(),

@@ -188,14 +188,16 @@ pub(super) fn plan(
     let tool_history = msgs
         .iter()
         .any(|m| m.role == "tool" || m.tool_calls.is_some());
+    let empty = serde_json::Map::new();
+    let kw = r.chat_template_kwargs.as_ref().unwrap_or(&empty);
     let text = if !active && (template.takes_tools() || !tool_history) {
-        template.render(msgs)?
+        template.render_with_kwargs(msgs, None, kw)?
     } else if !active {
-        template.render(&history_as_text(msgs, format))?
+        template.render_with_kwargs(&history_as_text(msgs, format), None, kw)?
     } else if template.takes_tools() {
-        template.render_with_tools(msgs, Some(&template_tools(tools)))?
+        template.render_with_kwargs(msgs, Some(&template_tools(tools)), kw)?
     } else {
-        template.render(&without_template_tools(msgs, tools, format))?
+        template.render_with_kwargs(&without_template_tools(msgs, tools, format), None, kw)?
     };
     let parallel = r.parallel_tool_calls.unwrap_or(true);
     // Mistral's marker is one control token: the grammar asks for that token.
@@ -234,4 +236,20 @@ pub(super) fn plan(
         constraint,
         format: active.then_some(format),
     })
+}
+
+/// A conversation as the chat template renders it, with `tools` in its `tools` variable
+/// and `kwargs` beside (`POST /tokenize`, as vLLM's).
+pub(super) fn render(
+    msgs: &[ChatMessage],
+    tools: Option<&[Tool]>,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    tok: &Tokenizer,
+) -> Result<String, ValidationError> {
+    let template = tok
+        .chat_template
+        .as_ref()
+        .ok_or(sluice_engine::TokenizerError::NoChatTemplate)?;
+    let tools = tools.map(template_tools);
+    Ok(template.render_with_kwargs(msgs, tools.as_deref(), kwargs)?)
 }

@@ -9,7 +9,7 @@ use crate::api::{
 use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
-use crate::validation::{Fields, ValidationError, check_model, messages};
+use crate::validation::{Fields, ValidationError, check_model, conversation_text, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.
 #[utoipa::path(
@@ -28,9 +28,12 @@ pub async fn tokenize(
     off_thread(move || {
         let text = match (&r.prompt, &r.messages) {
             (Some(p), None) => p.clone(),
-            (None, Some(m)) => st
-                .tokenizer
-                .apply_chat_template(&messages(m, Fields::OPENAI.messages)?)?,
+            (None, Some(m)) => {
+                let empty = serde_json::Map::new();
+                let kwargs = r.chat_template_kwargs.as_ref().unwrap_or(&empty);
+                let msgs = messages(m, Fields::OPENAI.messages)?;
+                conversation_text(&msgs, r.tools.as_deref(), kwargs, &st.tokenizer)?
+            }
             _ => {
                 return Err(ValidationError::invalid(
                     "prompt",
