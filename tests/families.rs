@@ -7,11 +7,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use sluice::engine::{EngineConfig, EngineHandle, Event, LoadOptions, TokenEvent, ValidRequest};
 
 /// A generated run: ids and, per step, the top-5 ids and the logprob gap between the
@@ -37,35 +35,7 @@ fn golden() -> &'static Value {
 /// The directory of tiny models, written once per test binary.
 pub fn models() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = common::scratch("tiny-models");
-        let venv = std::env::var_os("SLUICE_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/venv")
-            });
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/golden/tiny_models.py");
-        let out = Command::new(venv.join("bin/python"))
-            .arg(script)
-            .arg("write")
-            .arg(&dir)
-            .output()
-            .expect("the venv's python runs (scripts/venv makes it)");
-        assert!(
-            out.status.success(),
-            "tiny_models.py write: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-}
-
-fn sha256(p: &Path) -> String {
-    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    DIR.get_or_init(|| common::golden_write("tiny_models.py", "tiny-models"))
 }
 
 fn llamacpp(name: &str) -> Vec<Run> {
@@ -190,7 +160,7 @@ fn every_family_matches_llama_cpp_on_tiny_models() {
     for (name, m) in models {
         let path = models_dir_file(name);
         assert_eq!(
-            sha256(&path),
+            common::sha256(&path),
             m["sha256"].as_str().unwrap(),
             "{name}: the written file differs from the one llama.cpp ran (gguf/numpy versions?)"
         );

@@ -96,30 +96,14 @@ async fn chat_template_kwargs_and_tools_reach_the_template() {
         &[],
     )
     .await;
-    let c = reqwest::Client::new();
+    let base = server.base.clone();
+    // The prompt text a /tokenize request renders (its ids, detokenised).
     let text = |body: Value| {
-        let c = c.clone();
-        let base = server.base.clone();
+        let base = base.clone();
         async move {
-            let r: Value = c
-                .post(format!("{base}/tokenize"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let ids = r["tokens"].clone();
-            let d: Value = c
-                .post(format!("{base}/detokenize"))
-                .json(&serde_json::json!({"tokens": ids}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let r = common::post_json(&format!("{base}/tokenize"), &body).await;
+            let ids = serde_json::json!({"tokens": r["tokens"]});
+            let d = common::post_json(&format!("{base}/detokenize"), &ids).await;
             d["prompt"].as_str().unwrap_or_default().to_string()
         }
     };
@@ -140,17 +124,9 @@ async fn chat_template_kwargs_and_tools_reach_the_template() {
         if let Some(k) = kwargs {
             body["chat_template_kwargs"] = k;
         }
-        let (c, base) = (c.clone(), server.base.clone());
+        let base = base.clone();
         async move {
-            let r: Value = c
-                .post(format!("{base}/v1/chat/completions"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let r = common::post_json(&format!("{base}/v1/chat/completions"), &body).await;
             r["usage"]["prompt_tokens"]
                 .as_u64()
                 .unwrap_or_else(|| panic!("{r}"))

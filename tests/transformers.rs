@@ -9,11 +9,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use sluice::engine::testing::{KvSlab, TokenRow};
 use sluice::engine::{LoadOptions, Quantize};
 
@@ -25,38 +23,20 @@ fn reference() -> &'static Value {
     })
 }
 
+/// The prompts transformers ran.
+fn prompts() -> Vec<Vec<u32>> {
+    reference()["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(common::ids)
+        .collect()
+}
+
 /// The folders, written once per test binary by the script (numpy only).
 fn folders() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = common::scratch("hf-families");
-        let venv = std::env::var_os("SLUICE_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/venv")
-            });
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/golden/hf_families.py");
-        let out = Command::new(venv.join("bin/python"))
-            .arg(script)
-            .arg("write")
-            .arg(&dir)
-            .output()
-            .expect("the venv's python runs (scripts/venv makes it)");
-        assert!(
-            out.status.success(),
-            "hf_families.py write: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-}
-
-fn sha256(p: &Path) -> String {
-    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    DIR.get_or_init(|| common::golden_write("hf_families.py", "hf-families"))
 }
 
 /// Log-softmax of every position's logits, for the whole prompt in one forward pass.
@@ -96,18 +76,12 @@ fn prompt_logprobs_as(dir: &Path, prompt: &[u32], quantize: Quantize) -> Vec<Vec
 
 #[test]
 fn every_family_folder_matches_transformers() {
-    let r = reference();
-    let prompts: Vec<Vec<u32>> = r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(common::ids)
-        .collect();
+    let (r, prompts) = (reference(), prompts());
     let mut failures = Vec::new();
     for (family, m) in r["models"].as_object().unwrap() {
         let dir = folders().join(family);
         assert_eq!(
-            sha256(&dir.join("model.safetensors")),
+            common::sha256(&dir.join("model.safetensors")),
             m["sha256"].as_str().unwrap(),
             "{family}: the written weights differ from those transformers ran"
         );
@@ -142,13 +116,7 @@ fn every_family_folder_matches_transformers() {
 /// these tiny models' rows of 64 and 128 fall back to Q8_0, as documented.)
 #[test]
 fn quantised_folders_stay_close_to_transformers() {
-    let r = reference();
-    let prompts: Vec<Vec<u32>> = r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(common::ids)
-        .collect();
+    let (r, prompts) = (reference(), prompts());
     let mut failures = Vec::new();
     for (family, m) in r["models"].as_object().unwrap() {
         let dir = folders().join(family);

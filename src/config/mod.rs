@@ -4,13 +4,15 @@
 //! naming the flag, never a panic.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use sluice_engine::EngineConfig;
 
 use crate::validation::Limits;
 
+mod checks;
 mod sections;
+pub use checks::{ConfigError, quantize};
+use checks::{at_least_100ms, int, seconds};
 pub use sections::{AdminConfig, Auto, Config, HttpConfig, ModelConfig};
 
 /// File name of the default model fetched by `scripts/fetch-model`.
@@ -203,73 +205,6 @@ pub struct ServeArgs {
     /// Compute device. Only `cpu` is built by default (see the `cuda` feature).
     #[arg(long, env = "SLUICE_DEVICE", default_value = "cpu")]
     pub device: String,
-}
-
-/// A flag's value outside its range.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    /// A number outside its range (or NaN).
-    #[error("--{flag} {value}: must be {range}")]
-    Range {
-        /// The flag, without dashes.
-        flag: &'static str,
-        /// The value given.
-        value: String,
-        /// The range in words.
-        range: String,
-    },
-    /// Another problem with a flag's value.
-    #[error("--{flag}: {reason}")]
-    Invalid {
-        /// The flag.
-        flag: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-/// Parses `--quantize`.
-pub fn quantize(v: &str) -> Result<sluice_engine::Quantize, ConfigError> {
-    sluice_engine::Quantize::parse(v).ok_or_else(|| ConfigError::Invalid {
-        flag: "quantize",
-        reason: format!("`{v}` is not one of q8_0, q4_0, q4_k, none"),
-    })
-}
-
-fn int(flag: &'static str, v: usize, lo: usize, hi: usize) -> Result<usize, ConfigError> {
-    if (lo..=hi).contains(&v) {
-        Ok(v)
-    } else {
-        Err(ConfigError::Range {
-            flag,
-            value: v.to_string(),
-            range: format!("between {lo} and {hi}"),
-        })
-    }
-}
-
-fn seconds(flag: &'static str, v: f64, hi: f64) -> Result<Duration, ConfigError> {
-    if v.is_finite() && (0.0..=hi).contains(&v) {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(ConfigError::Range {
-            flag,
-            value: v.to_string(),
-            range: format!("a number of seconds between 0 and {hi}"),
-        })
-    }
-}
-
-/// A connection timeout: between 0.1 s and an hour.
-fn at_least_100ms(flag: &'static str, v: f64) -> Result<Duration, ConfigError> {
-    match seconds(flag, v, 3600.0)? {
-        d if d < Duration::from_millis(100) => Err(ConfigError::Range {
-            flag,
-            value: v.to_string(),
-            range: "a number of seconds between 0.1 and 3600".into(),
-        }),
-        d => Ok(d),
-    }
 }
 
 /// Longest `--request-timeout` and `--shutdown-grace`: a year and a day.

@@ -1,5 +1,7 @@
 //! Unit tests of `config/mod.rs`: flag ranges and where the values land.
 
+use std::time::Duration;
+
 use clap::Parser;
 
 use super::*;

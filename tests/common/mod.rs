@@ -357,3 +357,41 @@ pub async fn metric(base: &str, series: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Runs `scripts/golden/<script> write DIR` with the tests' venv's Python (numpy, gguf;
+/// `scripts/venv` makes it, `SLUICE_VENV` overrides it) into the scratch directory `name`,
+/// and returns the directory: the tiny models the golden files were made from.
+pub fn golden_write(script: &str, name: &str) -> PathBuf {
+    let dir = scratch(name);
+    let venv = std::env::var_os("SLUICE_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/venv")
+        });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts/golden")
+        .join(script);
+    let out = Command::new(venv.join("bin/python"))
+        .arg(&script)
+        .arg("write")
+        .arg(&dir)
+        .output()
+        .expect("the venv's python runs (scripts/venv makes it)");
+    assert!(
+        out.status.success(),
+        "{} write: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// The SHA-256 of a file, in hex.
+pub fn sha256(p: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
