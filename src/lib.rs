@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod reasoning;
 mod server;
 pub mod tools;
 pub mod validation;

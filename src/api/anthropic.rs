@@ -135,6 +135,20 @@ pub struct MessagesRequest {
     /// `{"user_id": ...}` (not used).
     #[schema(value_type = Object)]
     pub metadata: Option<serde_json::Value>,
+    /// Extended thinking: `{"type": "enabled", "budget_tokens": N}` turns a reasoning
+    /// model's thinking on (where its template has a switch) with at most N thinking
+    /// tokens; `{"type": "disabled"}` turns it off.
+    pub thinking: Option<ThinkingConfig>,
+}
+
+/// `thinking` of a Messages request.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct ThinkingConfig {
+    /// `enabled` or `disabled`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Thinking tokens at most, with `enabled`.
+    pub budget_tokens: Option<i64>,
 }
 
 /// `POST /v1/messages/count_tokens`: the fields of a request that make its prompt.
@@ -167,6 +181,13 @@ pub enum OutBlock {
     Text {
         /// The text.
         text: String,
+    },
+    /// A reasoning model's thinking, before its answer.
+    Thinking {
+        /// The thinking.
+        thinking: String,
+        /// Always empty: this server does not sign thinking.
+        signature: String,
     },
     /// A tool call.
     ToolUse {

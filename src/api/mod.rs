@@ -200,6 +200,13 @@ pub struct ChatRequest {
     /// false}` for Qwen 3).
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How hard a reasoning model thinks: `none` turns its thinking off where the chat
+    /// template has a switch (`enable_thinking`); any value is passed to the template as
+    /// `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+    /// Tokens a reasoning model may think before its end-of-thinking marker is forced
+    /// (vLLM's field).
+    pub thinking_token_budget: Option<i64>,
     /// Common fields.
     #[serde(flatten)]
     pub common: CommonParams,
@@ -214,6 +221,16 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// The sum.
     pub total_tokens: usize,
+    /// Of the completion tokens, those a reasoning model thought (present when it did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Tokens of the thinking sections, their markers included.
+    pub reasoning_tokens: usize,
 }
 
 /// `logprobs` of a completions choice (the legacy format).
@@ -303,6 +320,9 @@ pub struct ChatMessageOut {
     pub role: &'static str,
     /// Generated text (null when the answer is only tool calls).
     pub content: Option<String>,
+    /// A reasoning model's thinking (vLLM's and DeepSeek's field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// The calls the model made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<tools::ToolCall>>,
@@ -352,6 +372,9 @@ pub struct ChatDelta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New thinking text, when a reasoning model thinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// Pieces of tool calls.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<tools::ToolCallDelta>>,

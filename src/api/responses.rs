@@ -145,6 +145,28 @@ pub struct ResponsesRequest {
     pub metadata: Option<serde_json::Value>,
     /// End-user id (not used).
     pub user: Option<String>,
+    /// Reasoning options: `effort` (`none` … `high`) as chat completions'
+    /// `reasoning_effort`.
+    pub reasoning: Option<ReasoningConfig>,
+}
+
+/// `reasoning` of a Responses request.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, ToSchema)]
+pub struct ReasoningConfig {
+    /// `none`, `minimal`, `low`, `medium` or `high`.
+    pub effort: Option<String>,
+    /// Accepted and ignored (no summaries are written).
+    pub summary: Option<String>,
+}
+
+/// A part of a reasoning item.
+#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
+pub struct ReasoningText {
+    /// `reasoning_text`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The thinking.
+    pub text: String,
 }
 
 /// A part of an output message.
@@ -160,7 +182,7 @@ pub struct OutputText {
     pub annotations: Vec<serde_json::Value>,
 }
 
-/// One output item: a `message` or a `function_call`.
+/// One output item: a `reasoning`, a `message` or a `function_call`.
 #[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OutputItem {
@@ -174,6 +196,18 @@ pub enum OutputItem {
         role: &'static str,
         /// Its parts.
         content: Vec<OutputText>,
+    },
+    /// A reasoning model's thinking, before its answer.
+    Reasoning {
+        /// Item id (`rs_...`).
+        id: String,
+        /// Always empty (no summaries are written).
+        #[schema(value_type = Vec<Object>)]
+        summary: Vec<serde_json::Value>,
+        /// The thinking, as one `reasoning_text` part.
+        content: Vec<ReasoningText>,
+        /// `in_progress`, `completed` or `incomplete`.
+        status: &'static str,
     },
     /// A call of one of the request's functions.
     FunctionCall {
@@ -199,7 +233,7 @@ pub struct ResponsesUsage {
     pub input_tokens_details: InputTokensDetails,
     /// Generated tokens.
     pub output_tokens: usize,
-    /// Of which reasoning (always 0).
+    /// Of which reasoning.
     pub output_tokens_details: OutputTokensDetails,
     /// The sum.
     pub total_tokens: usize,
@@ -215,7 +249,7 @@ pub struct InputTokensDetails {
 /// `usage.output_tokens_details`.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, ToSchema)]
 pub struct OutputTokensDetails {
-    /// Always 0.
+    /// Tokens of the thinking, its markers included.
     pub reasoning_tokens: usize,
 }
 

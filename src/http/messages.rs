@@ -139,8 +139,9 @@ struct Events {
     message: MessagesResponse,
     /// Blocks started so far.
     blocks: usize,
-    /// The index of the text block being written, if one is open.
-    open: Option<usize>,
+    /// The index and kind (`text` or `thinking`) of the block being written, if one is
+    /// open.
+    open: Option<(usize, &'static str)>,
     /// How the answer ended, and whether it called a tool.
     finish: Option<(Finish, bool)>,
 }
@@ -151,38 +152,59 @@ fn event(kind: &str, body: Value) -> SseEvent {
 }
 
 impl Events {
-    fn text(&mut self, delta: String, out: &mut Vec<SseEvent>) {
+    /// Text of a `text` or `thinking` block, opened first (the other kind closed) if
+    /// need be.
+    fn text(&mut self, kind: &'static str, delta: String, out: &mut Vec<SseEvent>) {
         if delta.is_empty() {
             return;
         }
+        if self.open.is_some_and(|(_, k)| k != kind) {
+            self.close_text(out);
+        }
         let index = match self.open {
-            Some(i) => i,
+            Some((i, _)) => i,
             None => {
                 let i = self.blocks;
                 self.blocks += 1;
-                self.open = Some(i);
+                self.open = Some((i, kind));
+                let block = match kind {
+                    "thinking" => json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    _ => json!({"type": "text", "text": ""}),
+                };
                 out.push(event(
                     "content_block_start",
-                    json!({"index": i, "content_block": {"type": "text", "text": ""}}),
+                    json!({"index": i, "content_block": block}),
                 ));
                 i
             }
         };
+        let delta = match kind {
+            "thinking" => json!({"type": "thinking_delta", "thinking": delta}),
+            _ => json!({"type": "text_delta", "text": delta}),
+        };
         out.push(event(
             "content_block_delta",
-            json!({"index": index, "delta": {"type": "text_delta", "text": delta}}),
+            json!({"index": index, "delta": delta}),
         ));
     }
 
+    /// Closes the open block; a thinking block gets its (empty) signature first.
     fn close_text(&mut self, out: &mut Vec<SseEvent>) {
-        if let Some(i) = self.open.take() {
+        if let Some((i, kind)) = self.open.take() {
+            if kind == "thinking" {
+                out.push(event(
+                    "content_block_delta",
+                    json!({"index": i, "delta": {"type": "signature_delta", "signature": ""}}),
+                ));
+            }
             out.push(event("content_block_stop", json!({ "index": i })));
         }
     }
 
-    /// Text and calls of the answer, as blocks.
+    /// Thinking, text and calls of the answer, as blocks.
     fn piece(&mut self, p: Piece, out: &mut Vec<SseEvent>) {
-        self.text(p.content, out);
+        self.text("thinking", p.reasoning, out);
+        self.text("text", p.content, out);
         self.calls(p.calls, out);
     }
 
@@ -300,6 +322,12 @@ impl Api for Message {
     fn answer(self, _: &Validated, choices: Vec<Choice>, u: Usage, _: &AppState) -> Response {
         let mut message = self.0;
         let c = choices.into_iter().next().expect("one choice per message");
+        if !c.reasoning.is_empty() {
+            message.content.push(OutBlock::Thinking {
+                thinking: c.reasoning,
+                signature: String::new(),
+            });
+        }
         if !c.text.is_empty() {
             message.content.push(OutBlock::Text { text: c.text });
         }

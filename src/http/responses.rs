@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, validate_chat};
 use crate::api::Usage;
 use crate::api::responses::{
-    IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponsesRequest, ResponsesUsage,
+    IncompleteDetails, OutputItem, OutputText, ReasoningText, ResponseObject, ResponsesRequest,
+    ResponsesUsage,
     TextConfig,
 };
 use crate::error::ApiError;
@@ -64,6 +65,9 @@ fn usage(u: Usage) -> ResponsesUsage {
         input_tokens: u.prompt_tokens,
         output_tokens: u.completion_tokens,
         total_tokens: u.total_tokens,
+        output_tokens_details: crate::api::responses::OutputTokensDetails {
+            reasoning_tokens: u.completion_tokens_details.map_or(0, |d| d.reasoning_tokens),
+        },
         ..ResponsesUsage::default()
     }
 }
@@ -90,6 +94,22 @@ fn message(id: String, status: &'static str, text: Option<String>) -> OutputItem
     }
 }
 
+/// A reasoning item; `text` once it is known.
+fn reasoning(id: String, status: &'static str, text: Option<String>) -> OutputItem {
+    OutputItem::Reasoning {
+        id,
+        summary: Vec::new(),
+        content: text
+            .map(|text| ReasoningText {
+                kind: "reasoning_text",
+                text,
+            })
+            .into_iter()
+            .collect(),
+        status,
+    }
+}
+
 fn part(text: String) -> OutputText {
     OutputText {
         kind: "output_text",
@@ -112,8 +132,11 @@ fn function_call(c: ParsedCall, status: &'static str) -> OutputItem {
 struct Events {
     resp: ResponseObject,
     seq: u64,
-    /// The request has active tools: no message item is opened before text comes.
+    /// The request has active tools, or the model thinks: no message item is opened
+    /// before text comes.
     tools: bool,
+    /// The reasoning item being written: its output index, id and text so far.
+    thinking: Option<(usize, String, String)>,
     /// The message item being written: its output index, id and text so far.
     open: Option<(usize, String, String)>,
     finish: Option<Finish>,
@@ -198,8 +221,58 @@ impl Events {
         ));
     }
 
-    /// Text and calls of the answer, as items.
+    /// Thinking text, into the reasoning item (opened first if need be).
+    fn thought(&mut self, delta: String, out: &mut Vec<SseEvent>) {
+        if delta.is_empty() {
+            return;
+        }
+        if self.thinking.is_none() {
+            let index = self.resp.output.len();
+            let id = object_id("rs");
+            let item = reasoning(id.clone(), "in_progress", None);
+            let v = serde_json::to_value(&item).expect("items serialise");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": v}),
+            ));
+            self.resp.output.push(item);
+            self.thinking = Some((index, id, String::new()));
+        }
+        let (index, id) = {
+            let (i, id, text) = self.thinking.as_mut().expect("a reasoning item is open");
+            text.push_str(&delta);
+            (*i, id.clone())
+        };
+        out.push(self.event(
+            "response.reasoning_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
+        ));
+    }
+
+    /// Closes the reasoning item, if one is open.
+    fn close_thinking(&mut self, status: &'static str, out: &mut Vec<SseEvent>) {
+        let Some((index, id, text)) = self.thinking.take() else {
+            return;
+        };
+        out.push(self.event(
+            "response.reasoning_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+        ));
+        let item = reasoning(id, status, Some(text));
+        let v = serde_json::to_value(&item).expect("items serialise");
+        self.resp.output[index] = item;
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": v}),
+        ));
+    }
+
+    /// Thinking, text and calls of the answer, as items.
     fn piece(&mut self, p: Piece, out: &mut Vec<SseEvent>) {
+        self.thought(p.reasoning, out);
+        if !p.content.is_empty() || !p.calls.is_empty() {
+            self.close_thinking("completed", out);
+        }
         self.text(p.content, out);
         for (_, c) in p.calls {
             self.call(c, out);
@@ -264,7 +337,8 @@ impl EventMaker for Events {
     fn done(&mut self, _: usize, f: &Finish, rest: Piece, _: bool) -> Vec<SseEvent> {
         let mut out = Vec::new();
         self.piece(rest, &mut out);
-        if self.resp.output.is_empty() {
+        self.close_thinking(status(f).0, &mut out);
+        if self.resp.output.iter().all(|o| matches!(o, OutputItem::Reasoning { .. })) {
             self.open_message(&mut out);
         }
         self.close_message(status(f).0, &mut out);
@@ -320,7 +394,8 @@ impl Api for Responses {
         Events {
             resp: self.0,
             seq: 0,
-            tools: v.tools.is_some(),
+            tools: v.tools.is_some() || v.reasoning.is_some(),
+            thinking: None,
             open: None,
             finish: None,
         }
@@ -330,6 +405,15 @@ impl Api for Responses {
         let mut resp = self.0;
         let c = choices.into_iter().next().expect("one choice per response");
         let (status, details) = status(&c.finish);
+        if !c.reasoning.is_empty() {
+            let done = if c.text.is_empty() && c.calls.is_empty() {
+                status
+            } else {
+                "completed"
+            };
+            let item = reasoning(object_id("rs"), done, Some(c.reasoning));
+            resp.output.push(item);
+        }
         if !c.text.is_empty() || c.calls.is_empty() {
             let text = Some(c.text);
             resp.output.push(message(object_id("msg"), status, text));

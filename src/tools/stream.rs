@@ -9,6 +9,8 @@ use super::{CallReader, ToolFormat};
 /// What one piece of output turns into.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Piece {
+    /// Thinking to send now (`reasoning_content`), when the model thinks.
+    pub reasoning: String,
     /// Content to send now.
     pub content: String,
     /// Calls completed now, with their index in the message (only the first call when

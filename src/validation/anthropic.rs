@@ -197,6 +197,35 @@ pub fn conversation(
     Ok(msgs)
 }
 
+/// The template's thinking switches (`enable_thinking`, `thinking`) from `thinking`.
+fn thinking_switch(
+    r: &MessagesRequest,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ValidationError> {
+    let Some(t) = &r.thinking else {
+        return Ok(None);
+    };
+    let on = match t.kind.as_str() {
+        "enabled" => true,
+        "disabled" => false,
+        other => {
+            return Err(invalid(
+                "thinking",
+                format!("thinking.type must be `enabled` or `disabled`, got `{other}`"),
+            ));
+        }
+    };
+    if on && t.budget_tokens.is_none_or(|b| b < 1 || b >= r.max_tokens) {
+        return Err(invalid(
+            "thinking",
+            "thinking.budget_tokens must be at least 1 and less than max_tokens".to_string(),
+        ));
+    }
+    let mut kw = serde_json::Map::new();
+    kw.insert("enable_thinking".into(), on.into());
+    kw.insert("thinking".into(), on.into());
+    Ok(Some(kw))
+}
+
 /// The chat request a Messages request asks for.
 pub fn chat_request(r: &MessagesRequest) -> Result<ChatRequest, ValidationError> {
     if r.max_tokens < 1 {
@@ -237,7 +266,10 @@ pub fn chat_request(r: &MessagesRequest) -> Result<ChatRequest, ValidationError>
         response_format,
         ..CommonParams::default()
     };
-    request(r.system.as_ref(), &r.messages, tools, common)
+    let mut chat = request(r.system.as_ref(), &r.messages, tools, common)?;
+    chat.chat_template_kwargs = thinking_switch(r)?;
+    chat.thinking_token_budget = r.thinking.as_ref().and_then(|t| t.budget_tokens);
+    Ok(chat)
 }
 
 /// The chat request whose prompt `count_tokens` measures.
@@ -267,6 +299,8 @@ fn request(
         tools,
         tool_choice,
         chat_template_kwargs: None,
+        reasoning_effort: None,
+        thinking_token_budget: None,
         parallel_tool_calls: parallel,
         common,
     })

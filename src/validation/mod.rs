@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 mod params;
+mod reasoning;
 pub mod responses;
 mod structured;
 mod tools;
@@ -13,6 +14,7 @@ use sluice_engine::{ChatMessage, Grammars, Tokenizer, TokenizerError, ValidReque
 use params::{Endpoint, build, check_ids};
 
 use crate::api::{ChatRequest, CompletionRequest, MessageContent, PromptInput, WireMessage};
+use crate::reasoning::ReasoningReader;
 use crate::tools::{CallReader, ToolFormat};
 
 /// Why a request is refused before it reaches the engine.
@@ -157,6 +159,8 @@ pub struct Validated {
     pub prompt_logprobs: Option<usize>,
     /// How tool calls are read out of the answers, when the request has active tools.
     pub tools: Option<CallReader>,
+    /// How the thinking is split out of the answers, when the model thinks.
+    pub reasoning: Option<ReasoningReader>,
 }
 
 impl Validated {
@@ -290,6 +294,7 @@ pub fn completion(
         beam,
         prompt_logprobs: r.common.prompt_logprobs.map(|k| k as usize),
         tools: None,
+        reasoning: None,
     })
 }
 
@@ -458,9 +463,13 @@ pub fn chat(
         echo_scores: None,
         best_of: None,
     };
+    reasoning::check(r)?;
+    let budget = r.thinking_token_budget.map(|b| b as usize);
+    let thinking = reasoning::plan(tok, &text, budget)?;
     let (mut requests, n) = build(&common, vec![prompt], at, tok, limits)?;
     for q in &mut requests {
         q.constraint = constraint.clone();
+        q.thinking = thinking.as_ref().map(|t| t.1.clone());
     }
     Ok(Validated {
         requests,
@@ -485,5 +494,6 @@ pub fn chat(
                 .collect(),
             parallel: r.parallel_tool_calls.unwrap_or(true),
         }),
+        reasoning: thinking.map(|t| t.0),
     })
 }

@@ -398,6 +398,7 @@ pub(super) fn build(
                 cache_prompt: c.cache_prompt.unwrap_or(true),
                 share,
                 beam,
+                thinking: None,
             });
         }
     }

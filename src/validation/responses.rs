@@ -161,12 +161,15 @@ fn input_messages(r: &ResponsesRequest) -> Result<Vec<WireMessage>, ValidationEr
                 m.tool_call_id = Some(call_id.clone());
                 msgs.push(m);
             }
+            // An earlier answer's thinking: not part of the prompt (as chat templates
+            // drop earlier turns' thinking).
+            "reasoning" => {}
             other => {
                 return Err(invalid(
                     "input",
                     format!(
                         "input[{i}]: items of type `{other}` are not supported; use message, \
-                         function_call or function_call_output"
+                         function_call, function_call_output or reasoning"
                     ),
                 ));
             }
@@ -274,6 +277,8 @@ pub fn chat_request(r: &ResponsesRequest) -> Result<ChatRequest, ValidationError
         tools: (!tools.is_empty()).then_some(tools),
         tool_choice: r.tool_choice.as_ref().map(tool_choice).transpose()?,
         chat_template_kwargs: None,
+        reasoning_effort: r.reasoning.as_ref().and_then(|x| x.effort.clone()),
+        thinking_token_budget: None,
         parallel_tool_calls: r.parallel_tool_calls,
         common: CommonParams {
             model: r.model.clone(),

@@ -188,8 +188,7 @@ pub(super) fn plan(
     let tool_history = msgs
         .iter()
         .any(|m| m.role == "tool" || m.tool_calls.is_some());
-    let empty = serde_json::Map::new();
-    let kw = r.chat_template_kwargs.as_ref().unwrap_or(&empty);
+    let kw = &super::reasoning::template_kwargs(r);
     let text = if !active && (template.takes_tools() || !tool_history) {
         template.render_with_kwargs(msgs, None, kw)?
     } else if !active {

@@ -42,6 +42,7 @@ mod sequence;
 mod slots;
 mod spec;
 mod stops;
+mod thinking;
 pub mod testing;
 pub mod tokenizer;
 mod worker;
@@ -61,4 +62,5 @@ pub use request::{
     BeamOut, BeamSpec, Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest,
 };
 pub use sampling::SamplingParams;
+pub use thinking::ThinkSpec;
 pub use tokenizer::{ChatMessage, Tokenizer};

@@ -30,6 +30,8 @@ pub const REQUESTS_TOTAL: &str = "sluice_requests_total";
 pub const PROMPT_TOKENS_TOTAL: &str = "sluice_prompt_tokens_total";
 /// Tokens generated.
 pub const GENERATION_TOKENS_TOTAL: &str = "sluice_generation_tokens_total";
+/// Generated tokens inside reasoning models' thinking sections.
+pub const REASONING_TOKENS_TOTAL: &str = "sluice_reasoning_tokens_total";
 /// Requests prefilled, by bucket.
 pub const PREFILL_REQUESTS_TOTAL: &str = "sluice_prefill_requests_total";
 /// Padding tokens carried by prefill bucket shapes.
@@ -125,6 +127,8 @@ pub struct Metrics {
     pub prompt_tokens_total: IntCounter,
     /// See [`GENERATION_TOKENS_TOTAL`].
     pub generation_tokens_total: IntCounter,
+    /// See [`REASONING_TOKENS_TOTAL`].
+    pub reasoning_tokens_total: IntCounter,
     /// See [`PREFILL_REQUESTS_TOTAL`].
     pub prefill_requests: IntCounterVec,
     /// See [`PREFILL_PADDING_TOTAL`].
@@ -299,6 +303,11 @@ impl Metrics {
             ),
             prompt_tokens_total: counter(&r, PROMPT_TOKENS_TOTAL, "Prompt tokens prefilled."),
             generation_tokens_total: counter(&r, GENERATION_TOKENS_TOTAL, "Tokens generated."),
+            reasoning_tokens_total: counter(
+                &r,
+                REASONING_TOKENS_TOTAL,
+                "Tokens generated inside thinking sections (their markers included).",
+            ),
             prefill_requests: counter_vec(
                 &r,
                 PREFILL_REQUESTS_TOTAL,

@@ -3,6 +3,7 @@
 use crate::constraint::Constraint;
 use crate::error::EngineError;
 use crate::sampling::SamplingParams;
+use crate::thinking::ThinkSpec;
 
 /// A request the engine can run. Built by `validation` from the wire types, which checks
 /// every field; the engine trusts it.
@@ -45,6 +46,9 @@ pub struct ValidRequest {
     pub share: Option<u64>,
     /// Beam search instead of sampling: the results come as one [`Event::Beams`].
     pub beam: Option<BeamSpec>,
+    /// A reasoning model's thinking section: the grammar applies after it, and its
+    /// budget is enforced.
+    pub thinking: Option<ThinkSpec>,
 }
 
 impl ValidRequest {
@@ -66,6 +70,7 @@ impl ValidRequest {
             cache_prompt: true,
             share: None,
             beam: None,
+            thinking: None,
         }
     }
 }
@@ -153,6 +158,8 @@ pub struct Finish {
     pub ttft_seconds: f64,
     /// The stop string that ended it (`None`: an end token, a stop id, or the length).
     pub stop_string: Option<String>,
+    /// Of the completion tokens, those of the thinking section (its markers included).
+    pub reasoning_tokens: usize,
 }
 
 /// What a request's stream carries.

@@ -10,6 +10,7 @@ use crate::request::{Event, Finish, FinishReason, PromptToken, TokenEvent, Valid
 use crate::sampling::{History, Sampled};
 use crate::slots::SlotLease;
 use crate::stops::{Release, StopText};
+use crate::thinking::Thinking;
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// One sequence occupying a slot.
@@ -56,6 +57,8 @@ pub(crate) struct Sequence {
     beam_tokens: usize,
     /// The prompt's log-probabilities so far, when asked for.
     pub prompt_scores: Vec<PromptToken>,
+    /// Where it stands in a reasoning model's thinking section.
+    pub(crate) thinking: Option<Thinking>,
 }
 
 /// Whether a sequence goes on after a token.
@@ -82,6 +85,7 @@ impl Sequence {
             generated: Vec::new(),
         };
         let guide = req.constraint.as_ref().map(Guide::new);
+        let thinking = req.thinking.clone().map(Thinking::new);
         let prompt_scores = match req.prompt_logprobs {
             Some(_) => vec![PromptToken {
                 id: req.prompt[0],
@@ -103,6 +107,7 @@ impl Sequence {
             draft: Vec::new(),
             draft_seen: 0,
             prompt_scores,
+            thinking,
             req,
             tx,
             lease,
@@ -194,6 +199,11 @@ impl Sequence {
         Progress::Finished
     }
 
+    /// Whether its grammar's mask applies to the next token (not inside its thinking).
+    pub(crate) fn grammar_on(&self) -> bool {
+        self.thinking.as_ref().is_none_or(Thinking::grammar_on)
+    }
+
     /// Tokens generated so far.
     pub fn generated(&self) -> usize {
         self.history.generated.len()
@@ -228,6 +238,9 @@ impl Sequence {
             self.stop.flush()
         } else {
             let delta = self.decoder.push(tok, s.token);
+            if let Some(t) = &mut self.thinking {
+                t.advance(s.token, &delta);
+            }
             let stops: &[String] = if may_stop {
                 &self.req.stop_strings
             } else {
@@ -279,6 +292,8 @@ impl Sequence {
         metrics.e2e.observe((now - self.submitted).as_secs_f64());
         metrics.prompt_tokens.observe(self.req.prompt.len() as f64);
         metrics.generation_tokens.observe(n as f64);
+        let reasoning = self.thinking.as_ref().map_or(0, Thinking::tokens);
+        metrics.reasoning_tokens_total.inc_by(reasoning as u64);
         metrics
             .requests
             .with_label_values(&[self.req.route, reason.as_str()])
@@ -292,6 +307,7 @@ impl Sequence {
             queue_seconds: (self.admitted - self.submitted).as_secs_f64(),
             ttft_seconds: (self.first_token.unwrap_or(now) - self.submitted).as_secs_f64(),
             stop_string: self.matched_stop.clone(),
+            reasoning_tokens: reasoning,
         }));
     }
 }

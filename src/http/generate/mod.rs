@@ -52,6 +52,13 @@ pub async fn generate<A: Api>(s: AppState, r: A::Request) -> Result<Response, Ap
     let finishes = finishes(&choices);
     log_summary(&finishes, v.copies());
     let usage = usage(finishes.into_iter(), v.copies());
+    if let Some(reader) = &v.reasoning {
+        for c in &mut choices {
+            let split = reader.read(&c.text);
+            c.reasoning = split.reasoning;
+            c.text = split.content;
+        }
+    }
     if let Some(reader) = &v.tools {
         for c in &mut choices {
             let p = reader.read(&c.text);
@@ -112,8 +119,11 @@ pub fn validate_chat(
 /// Everything one finished choice produced.
 #[derive(Clone, Debug)]
 pub struct Choice {
-    /// Its text (the content around the calls when the request has tools).
+    /// Its text (the content around the calls when the request has tools, after the
+    /// thinking when the model thinks).
     pub text: String,
+    /// Its thinking, when the model thinks.
+    pub reasoning: String,
     /// The tool calls read out of its text.
     pub calls: Vec<ParsedCall>,
     /// Its tokens.
@@ -156,6 +166,7 @@ async fn collect_one(mut rx: EventStream) -> Result<Choice, ApiError> {
             Event::Done(finish) => {
                 return Ok(Choice {
                     text,
+                    reasoning: String::new(),
                     calls: Vec::new(),
                     tokens,
                     finish,
@@ -196,6 +207,11 @@ fn usage(finishes: impl Iterator<Item = (usize, Finish)>, n: usize) -> Usage {
             u.prompt_tokens += f.prompt_tokens;
         }
         u.completion_tokens += f.completion_tokens;
+        if f.reasoning_tokens > 0 {
+            u.completion_tokens_details
+                .get_or_insert_default()
+                .reasoning_tokens += f.reasoning_tokens;
+        }
     }
     u.total_tokens = u.prompt_tokens + u.completion_tokens;
     u

@@ -14,7 +14,8 @@ use tracing::Instrument;
 use super::{deadline, log_summary, usage};
 use crate::api::Usage;
 use crate::error::ApiError;
-use crate::tools::stream::Piece;
+use crate::reasoning::ReasoningStream;
+use crate::tools::stream::{Piece, ToolStream};
 use crate::validation::Validated;
 
 /// What a streaming API sends for each engine event, as whole SSE events (named or not).
@@ -45,6 +46,60 @@ pub fn named_event(kind: &str, mut head: Value, body: Value) -> SseEvent {
     SseEvent::default().event(kind).data(head.to_string())
 }
 
+/// How one streamed choice's text is read: its thinking split out first, then its tool
+/// calls read out of the rest.
+struct ChoiceReader {
+    thinking: Option<ReasoningStream>,
+    tools: Option<ToolStream>,
+}
+
+impl ChoiceReader {
+    fn push(&mut self, text: &str) -> Piece {
+        let (reasoning, content) = match &mut self.thinking {
+            Some(r) => {
+                let s = r.push(text);
+                (s.reasoning, s.content)
+            }
+            None => (String::new(), text.to_string()),
+        };
+        let mut piece = self.push_content(&content);
+        piece.reasoning = reasoning;
+        piece
+    }
+
+    /// What is still held, and whether the choice made a call.
+    fn finish(&mut self) -> (Piece, bool) {
+        let mut piece = match &mut self.thinking {
+            Some(r) => {
+                let rest = r.finish();
+                let mut p = self.push_content(&rest.content);
+                p.reasoning = rest.reasoning;
+                p
+            }
+            None => Piece::default(),
+        };
+        if let Some(t) = &mut self.tools {
+            let last = t.finish();
+            piece.content.push_str(&last.content);
+            piece.calls.extend(last.calls);
+        }
+        let called = self.tools.as_ref().is_some_and(|t| t.calls() > 0);
+        (piece, called)
+    }
+
+    /// Content (not thinking) through the tool reader.
+    fn push_content(&mut self, content: &str) -> Piece {
+        match &mut self.tools {
+            Some(t) if !content.is_empty() => t.push(content),
+            Some(_) => Piece::default(),
+            None => Piece {
+                content: content.to_string(),
+                ..Piece::default()
+            },
+        }
+    }
+}
+
 /// Streams every choice as the maker's SSE events. An engine error, or the shutdown
 /// deadline, becomes the maker's error events, then the stream ends. When the client
 /// goes away the pump stops and drops the event streams, cancelling the requests.
@@ -57,10 +112,13 @@ pub(super) fn sse<M: EventMaker>(
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
     let span = tracing::Span::current();
     let n = v.n;
-    let mut tools: Vec<_> = match &v.tools {
-        Some(reader) => streams.iter().map(|_| reader.stream()).collect(),
-        None => Vec::new(),
-    };
+    let mut readers: Vec<ChoiceReader> = streams
+        .iter()
+        .map(|_| ChoiceReader {
+            thinking: v.reasoning.map(|r| r.stream()),
+            tools: v.tools.as_ref().map(|r| r.stream()),
+        })
+        .collect();
     tokio::spawn(
         async move {
             let total = streams.len();
@@ -89,20 +147,11 @@ pub(super) fn sse<M: EventMaker>(
                     // Beam searches are never streamed (validation refuses it).
                     Some((_, Event::Beams(_))) => Vec::new(),
                     Some((i, Event::Token(t))) => {
-                        let piece = match tools.get_mut(i) {
-                            Some(s) => s.push(&t.text),
-                            None => Piece {
-                                content: t.text.clone(),
-                                calls: Vec::new(),
-                            },
-                        };
+                        let piece = readers[i].push(&t.text);
                         maker.token(i, &t, piece)
                     }
                     Some((i, Event::Done(f))) => {
-                        let (rest, called) = match tools.get_mut(i) {
-                            Some(s) => (s.finish(), s.calls() > 0),
-                            None => (Piece::default(), false),
-                        };
+                        let (rest, called) = readers[i].finish();
                         let c = maker.done(i, &f, rest, called);
                         finishes.push((i, f));
                         c

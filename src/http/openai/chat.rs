@@ -93,10 +93,26 @@ impl Chunks {
             delta: ChatDelta {
                 role: None,
                 content,
+                reasoning_content: None,
                 tool_calls,
             },
             logprobs,
             finish_reason,
+        })
+    }
+
+    /// A delta of thinking text.
+    fn thought(&self, index: usize, text: String, logprobs: Option<ChatLogprobs>) -> String {
+        self.chunk(ChatChunkChoice {
+            index,
+            delta: ChatDelta {
+                role: None,
+                content: None,
+                reasoning_content: Some(text),
+                tool_calls: None,
+            },
+            logprobs,
+            finish_reason: None,
         })
     }
 
@@ -139,6 +155,7 @@ impl ChunkMaker for Chunks {
                     delta: ChatDelta {
                         role: Some("assistant"),
                         content: Some(String::new()),
+                        reasoning_content: None,
                         tool_calls: None,
                     },
                     logprobs: None,
@@ -152,7 +169,11 @@ impl ChunkMaker for Chunks {
         fingerprint(&mut self.base.system_fingerprint, t);
         let lp =
             (self.want_logprobs && !t.is_end).then(|| logprobs(&self.tok, std::slice::from_ref(t)));
+        let mut lp = lp;
         let mut out = Vec::new();
+        if !piece.reasoning.is_empty() {
+            out.push(self.thought(index, piece.reasoning, lp.take()));
+        }
         if !piece.content.is_empty() || lp.is_some() {
             out.push(self.delta(index, Some(piece.content), None, lp, None));
         }
@@ -162,6 +183,9 @@ impl ChunkMaker for Chunks {
 
     fn done(&mut self, index: usize, f: &Finish, rest: Piece, called: bool) -> Vec<String> {
         let mut out = Vec::new();
+        if !rest.reasoning.is_empty() {
+            out.push(self.thought(index, rest.reasoning, None));
+        }
         if !rest.content.is_empty() {
             out.push(self.delta(index, Some(rest.content), None, None, None));
         }
@@ -250,6 +274,7 @@ impl Api for Chat {
                 message: ChatMessageOut {
                     role: "assistant",
                     content: (!c.text.is_empty() || !called).then_some(c.text),
+                    reasoning_content: (!c.reasoning.is_empty()).then_some(c.reasoning),
                     tool_calls: called.then(|| tool_calls(c.calls)),
                 },
                 finish_reason: Some(reason(&c.finish, called)),

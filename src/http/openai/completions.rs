@@ -185,6 +185,7 @@ fn beam_choices(choices: Vec<Choice>) -> Vec<Choice> {
             finish.completion_tokens = b.tokens.len();
             out.push(Choice {
                 text: b.text.clone(),
+                reasoning: String::new(),
                 calls: Vec::new(),
                 tokens: b.tokens.clone(),
                 finish,

@@ -67,7 +67,8 @@ impl Worker {
             // (drafts written after it were kept or dropped by the last verification).
             let last = s.req.prompt.len() + s.generated() - 1;
             s.draft_seen = s.draft_seen.min(last);
-            if !on || s.parked || s.is_prefilling() || s.beams.is_some() {
+            let thinking_blocks = s.thinking.as_ref().is_some_and(|t| !t.may_draft());
+            if !on || s.parked || s.is_prefilling() || s.beams.is_some() || thinking_blocks {
                 continue;
             }
             let g = s.generated();
@@ -88,6 +89,11 @@ impl Worker {
             self.model_drafts(&want);
         }
         for s in &mut self.running {
+            // Inside a thinking section the grammar does not apply yet; a draft that
+            // crosses into the answer is cut where the section could end.
+            if s.guide.is_some() && !s.draft.is_empty() && !s.grammar_on() {
+                s.draft.clear();
+            }
             if let Some(g) = s.guide.as_mut().filter(|_| !s.draft.is_empty()) {
                 // The matcher stands after the last token; the drafts follow it. End
                 // tokens are never drafted into a grammar (its own mask decides them).

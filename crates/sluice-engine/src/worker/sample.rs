@@ -57,6 +57,24 @@ impl<'a> Job<'a> {
     }
 }
 
+/// The mask of `s`'s next choice: the one token its thinking budget forces, or its
+/// grammar's (which, before a thinking section, also allows the section's opening token);
+/// `vocab` is the logits row's length.
+fn choice_mask(s: &mut Sequence, vocab: usize) -> Option<SimpleVob> {
+    if let Some(id) = s.thinking.as_ref().and_then(|t| t.forced()) {
+        let mut only = SimpleVob::alloc(vocab.max(id as usize + 1));
+        only.allow_token(id);
+        return Some(only);
+    }
+    let mut mask = s.guide.as_mut().and_then(|g| g.mask.take())?;
+    if let Some(id) = s.thinking.as_ref().and_then(|t| t.opener())
+        && (id as usize) < mask.len()
+    {
+        mask.allow_token(id);
+    }
+    Some(mask)
+}
+
 impl Worker {
     /// Samples one token for every sequence with a logits row (`Some(i)`: row `i` of
     /// `logits`); the others go back to `running` untouched. Sequences that go on join
@@ -75,7 +93,7 @@ impl Worker {
                     if s.grammar_error.is_some() {
                         return Some(None);
                     }
-                    let mask = s.guide.as_mut().and_then(|g| g.mask.take());
+                    let mask = choice_mask(s, vocab);
                     Some(Some(Job {
                         mask,
                         ..Job::of(s, &logits[i * vocab..(i + 1) * vocab])
@@ -100,8 +118,10 @@ impl Worker {
                 Some(Some(sampled)) => sampled,
             };
             let ends = s.req.stop_ids.contains(&sampled.token);
+            let feeds = s.thinking.as_ref().is_none_or(|t| t.feeds_grammar(sampled.token));
             if let Some(g) = &mut s.guide
                 && !ends
+                && feeds
                 && let Err(e) = g.commit(sampled.token)
             {
                 self.fail(s, e);
@@ -142,12 +162,11 @@ impl Worker {
             }
             // A constrained sequence chooses under its grammar's mask for this state,
             // computed here (the step computed only the first row's).
-            let mask = match s.guide.as_mut().map(|g| g.compute().map(|_| g.mask.take())) {
-                None => None,
-                Some(Ok(mask)) => mask,
+            if let Some(Err(_)) = s.guide.as_mut().map(|g| g.compute()) {
                 // As a rejection: the next step meets the error the usual way.
-                Some(Err(_)) => break,
-            };
+                break;
+            }
+            let mask = choice_mask(s, vocab);
             accepted += 1;
             s.computed += 1;
             let r = row + 1 + j;
@@ -157,8 +176,10 @@ impl Worker {
             }
             .run();
             let ends = s.req.stop_ids.contains(&sampled.token);
+            let feeds = s.thinking.as_ref().is_none_or(|t| t.feeds_grammar(sampled.token));
             if let Some(g) = &mut s.guide
                 && !ends
+                && feeds
                 && let Err(e) = g.commit(sampled.token)
             {
                 // The mask allowed it, so this does not happen; should it, the token is

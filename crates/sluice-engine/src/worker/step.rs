@@ -338,7 +338,7 @@ impl Worker {
         let mut work: Vec<(&mut Guide, &mut Option<String>)> = seqs
             .iter_mut()
             .zip(samples)
-            .filter(|(_, s)| **s)
+            .filter(|(s, on)| **on && s.grammar_on())
             .filter_map(|(s, _)| Some((s.guide.as_mut()?, &mut s.grammar_error)))
             .collect();
         if work.is_empty() {
