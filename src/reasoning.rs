@@ -11,6 +11,8 @@ pub enum ReasoningFormat {
     Think,
     /// Command R7B: `<|START_THINKING|>` … `<|END_THINKING|>`.
     CommandR,
+    /// Magistral and Ministral reasoning models: `[THINK]` … `[/THINK]`.
+    Mistral,
 }
 
 impl ReasoningFormat {
@@ -19,6 +21,7 @@ impl ReasoningFormat {
         match name {
             "think" | "deepseek_r1" | "qwen3" | "granite" | "smollm3" => Some(Self::Think),
             "command_r7b" => Some(Self::CommandR),
+            "mistral" => Some(Self::Mistral),
             _ => None,
         }
     }
@@ -27,6 +30,8 @@ impl ReasoningFormat {
     pub fn of_template(source: &str) -> Option<Self> {
         if source.contains("<|START_THINKING|>") {
             Some(Self::CommandR)
+        } else if source.contains("[THINK]") {
+            Some(Self::Mistral)
         } else if source.contains("<think>") || source.contains("</think>") {
             Some(Self::Think)
         } else {
@@ -39,6 +44,7 @@ impl ReasoningFormat {
         match self {
             Self::Think => "<think>",
             Self::CommandR => "<|START_THINKING|>",
+            Self::Mistral => "[THINK]",
         }
     }
 
@@ -47,6 +53,7 @@ impl ReasoningFormat {
         match self {
             Self::Think => "</think>",
             Self::CommandR => "<|END_THINKING|>",
+            Self::Mistral => "[/THINK]",
         }
     }
 
@@ -69,6 +76,10 @@ pub struct ReasoningReader {
     pub format: ReasoningFormat,
     /// The prompt opened the thinking.
     pub open: bool,
+    /// A marker that ends the thinking when it comes before the closing marker (a
+    /// Qwen 3.5 / Qwen3-Coder model may go from thinking straight to `<tool_call>`; the
+    /// marker then starts the answer).
+    pub interrupt: Option<&'static str>,
 }
 
 /// An answer's thinking and the rest.
@@ -102,6 +113,7 @@ impl ReasoningReader {
             },
             held: String::new(),
             seen_reasoning: false,
+            interrupt: self.interrupt,
         }
     }
 }
@@ -126,6 +138,7 @@ pub struct ReasoningStream {
     held: String,
     /// Some thinking text other than leading whitespace has been sent.
     seen_reasoning: bool,
+    interrupt: Option<&'static str>,
 }
 
 /// Length of the longest suffix of `s` that is a proper prefix of `marker`.
@@ -157,6 +170,14 @@ impl ReasoningStream {
                 }
                 Phase::Inside => {
                     let end = self.format.end();
+                    let cut = self.interrupt.and_then(|m| self.held.find(m));
+                    if let Some(at) = cut.filter(|&c| self.held.find(end).is_none_or(|e| c < e)) {
+                        let thought = self.held[..at].to_string();
+                        self.emit_reasoning(&mut out, &thought, true);
+                        self.held.drain(..at);
+                        self.phase = Phase::After;
+                        continue;
+                    }
                     if let Some(at) = self.held.find(end) {
                         let thought = self.held[..at].to_string();
                         self.emit_reasoning(&mut out, &thought, true);
@@ -164,7 +185,8 @@ impl ReasoningStream {
                         self.phase = Phase::Between;
                         continue;
                     }
-                    let keep = partial_suffix(&self.held, end);
+                    let keep = partial_suffix(&self.held, end)
+                        .max(self.interrupt.map_or(0, |m| partial_suffix(&self.held, m)));
                     let now: String = self.held.drain(..self.held.len() - keep).collect();
                     self.emit_reasoning(&mut out, &now, false);
                     return out;
@@ -230,13 +252,16 @@ mod tests {
         ReasoningReader {
             format: ReasoningFormat::Think,
             open,
+            interrupt: None,
         }
     }
 
     fn streamed(r: ReasoningReader, pieces: &[&str]) -> Split {
         let mut s = r.stream();
         let mut all = Split::default();
-        for p in pieces.iter().map(|p| s.push(p)).chain([s.finish()]) {
+        let mut parts: Vec<Split> = pieces.iter().map(|p| s.push(p)).collect();
+        parts.push(s.finish());
+        for p in parts {
             all.reasoning.push_str(&p.reasoning);
             all.content.push_str(&p.content);
         }
@@ -255,7 +280,15 @@ mod tests {
         let want = split("Let me see.\nYes.", "It is 4.");
         let text = "<think>\nLet me see.\nYes.\n</think>\n\nIt is 4.";
         assert_eq!(reader(false).read(text), want);
-        let pieces = ["<th", "ink>\nLet", " me see.\n", "Yes.\n</", "think", ">\n\n", "It is 4."];
+        let pieces = [
+            "<th",
+            "ink>\nLet",
+            " me see.\n",
+            "Yes.\n</",
+            "think",
+            ">\n\n",
+            "It is 4.",
+        ];
         assert_eq!(streamed(reader(false), &pieces), want);
         // Byte by byte.
         let bytes: Vec<String> = text.chars().map(String::from).collect();
@@ -265,7 +298,10 @@ mod tests {
 
     #[test]
     fn an_answer_without_thinking_is_content() {
-        assert_eq!(reader(false).read("Hello <think>"), split("", "Hello <think>"));
+        assert_eq!(
+            reader(false).read("Hello <think>"),
+            split("", "Hello <think>")
+        );
         assert_eq!(streamed(reader(false), &["<", "b>hi"]), split("", "<b>hi"));
         assert_eq!(streamed(reader(false), &["<thi"]), split("", "<thi"));
     }
@@ -275,7 +311,10 @@ mod tests {
         assert_eq!(reader(true).read("hm</think>ok"), split("hm", "ok"));
         // Cut short: all of it is thinking.
         assert_eq!(reader(true).read("hm, so"), split("hm, so", ""));
-        assert_eq!(streamed(reader(true), &["hm, ", "so </", "thi"]), split("hm, so </thi", ""));
+        assert_eq!(
+            streamed(reader(true), &["hm, ", "so </", "thi"]),
+            split("hm, so </thi", "")
+        );
     }
 
     #[test]
@@ -289,7 +328,10 @@ mod tests {
 
     #[test]
     fn formats_are_found_in_templates() {
-        assert_eq!(ReasoningFormat::of_template("{{ '<think>' }}"), Some(ReasoningFormat::Think));
+        assert_eq!(
+            ReasoningFormat::of_template("{{ '<think>' }}"),
+            Some(ReasoningFormat::Think)
+        );
         assert_eq!(
             ReasoningFormat::of_template("<|START_THINKING|>"),
             Some(ReasoningFormat::CommandR)

@@ -24,7 +24,7 @@ use crate::error::ApiError;
 use crate::http::json::Json;
 use crate::http::{AppState, off_thread};
 use crate::tools::parse::ParsedCall;
-use crate::tools::stream::Piece;
+use crate::tools::stream::{CallDelta, Piece};
 use crate::validation::{self, Validated, ValidationError, anthropic as convert};
 use sluice_engine::{Finish, FinishReason, TokenEvent};
 
@@ -208,25 +208,35 @@ impl Events {
         self.calls(p.calls, out);
     }
 
-    fn calls(&mut self, calls: Vec<(usize, ParsedCall)>, out: &mut Vec<SseEvent>) {
-        for (_, c) in calls {
-            self.close_text(out);
-            let index = self.blocks;
-            self.blocks += 1;
-            let OutBlock::ToolUse { id, name, input } = tool_use(c) else {
-                unreachable!("tool_use makes a tool_use block")
+    /// Pieces of calls: a `tool_use` block opened at a call's start, its input as JSON
+    /// deltas, closed when the call is complete.
+    fn calls(&mut self, calls: Vec<CallDelta>, out: &mut Vec<SseEvent>) {
+        for d in calls {
+            if let Some(name) = d.name {
+                self.close_text(out);
+                let index = self.blocks;
+                self.blocks += 1;
+                out.push(event(
+                    "content_block_start",
+                    json!({"index": index, "content_block":
+                           {"type": "tool_use", "id": object_id("toolu"), "name": name,
+                            "input": {}}}),
+                ));
+                self.open = Some((index, "tool_use"));
+            }
+            let Some((index, "tool_use")) = self.open else {
+                continue;
             };
-            out.push(event(
-                "content_block_start",
-                json!({"index": index, "content_block":
-                       {"type": "tool_use", "id": id, "name": name, "input": {}}}),
-            ));
-            out.push(event(
-                "content_block_delta",
-                json!({"index": index, "delta":
-                       {"type": "input_json_delta", "partial_json": input.to_string()}}),
-            ));
-            out.push(event("content_block_stop", json!({ "index": index })));
+            if !d.arguments.is_empty() {
+                out.push(event(
+                    "content_block_delta",
+                    json!({"index": index, "delta":
+                           {"type": "input_json_delta", "partial_json": d.arguments}}),
+                ));
+            }
+            if d.done {
+                self.close_text(out);
+            }
         }
     }
 }

@@ -15,13 +15,11 @@ use super::generate::{Api, Choice, EventMaker, named_event, object_id, route, va
 use crate::api::Usage;
 use crate::api::responses::{
     IncompleteDetails, OutputItem, OutputText, ReasoningText, ResponseObject, ResponsesRequest,
-    ResponsesUsage,
-    TextConfig,
+    ResponsesUsage, TextConfig,
 };
 use crate::error::ApiError;
 use crate::http::AppState;
-use crate::tools::parse::ParsedCall;
-use crate::tools::stream::Piece;
+use crate::tools::stream::{CallDelta, Piece};
 use crate::validation::{Validated, ValidationError, responses as convert};
 use sluice_engine::{Finish, FinishReason, TokenEvent};
 
@@ -66,7 +64,9 @@ fn usage(u: Usage) -> ResponsesUsage {
         output_tokens: u.completion_tokens,
         total_tokens: u.total_tokens,
         output_tokens_details: crate::api::responses::OutputTokensDetails {
-            reasoning_tokens: u.completion_tokens_details.map_or(0, |d| d.reasoning_tokens),
+            reasoning_tokens: u
+                .completion_tokens_details
+                .map_or(0, |d| d.reasoning_tokens),
         },
         ..ResponsesUsage::default()
     }
@@ -118,12 +118,12 @@ fn part(text: String) -> OutputText {
     }
 }
 
-fn function_call(c: ParsedCall, status: &'static str) -> OutputItem {
+fn function_call(name: String, arguments: String, status: &'static str) -> OutputItem {
     OutputItem::FunctionCall {
         id: object_id("fc"),
         call_id: object_id("call"),
-        name: c.name,
-        arguments: c.arguments,
+        name,
+        arguments,
         status,
     }
 }
@@ -137,6 +137,8 @@ struct Events {
     tools: bool,
     /// The reasoning item being written: its output index, id and text so far.
     thinking: Option<(usize, String, String)>,
+    /// The function call item being written: its output index and id.
+    calling: Option<(usize, String)>,
     /// The message item being written: its output index, id and text so far.
     open: Option<(usize, String, String)>,
     finish: Option<Finish>,
@@ -273,42 +275,73 @@ impl Events {
         if !p.content.is_empty() || !p.calls.is_empty() {
             self.close_thinking("completed", out);
         }
+        if !p.content.is_empty() {
+            self.close_call(out);
+        }
         self.text(p.content, out);
-        for (_, c) in p.calls {
-            self.call(c, out);
+        for d in p.calls {
+            self.call(d, out);
         }
     }
 
-    fn call(&mut self, c: ParsedCall, out: &mut Vec<SseEvent>) {
-        self.close_message("completed", out);
-        let index = self.resp.output.len();
-        let done = function_call(c, "completed");
-        let OutputItem::FunctionCall {
-            id,
-            call_id,
+    /// A piece of a call: its item opened at its start, its arguments as deltas, its
+    /// item closed when it is complete.
+    fn call(&mut self, d: CallDelta, out: &mut Vec<SseEvent>) {
+        if let Some(name) = d.name {
+            self.close_message("completed", out);
+            self.close_call(out);
+            let index = self.resp.output.len();
+            let item = function_call(name, String::new(), "in_progress");
+            let OutputItem::FunctionCall { id, .. } = &item else {
+                unreachable!("function_call makes a function call item")
+            };
+            let v = serde_json::to_value(&item).expect("items serialise");
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": v}),
+            ));
+            self.calling = Some((index, id.clone()));
+            self.resp.output.push(item);
+        }
+        if let Some((index, id)) = self.calling.clone()
+            && !d.arguments.is_empty()
+        {
+            if let Some(OutputItem::FunctionCall { arguments, .. }) =
+                self.resp.output.get_mut(index)
+            {
+                arguments.push_str(&d.arguments);
+            }
+            out.push(self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": d.arguments}),
+            ));
+        }
+        if d.done {
+            self.close_call(out);
+        }
+    }
+
+    /// Closes the function call item being written, if any.
+    fn close_call(&mut self, out: &mut Vec<SseEvent>) {
+        let Some((index, id)) = self.calling.take() else {
+            return;
+        };
+        let Some(OutputItem::FunctionCall {
             name,
             arguments,
+            status,
             ..
-        } = &done
+        }) = self.resp.output.get_mut(index)
         else {
-            unreachable!("function_call makes a function call item")
+            return;
         };
-        let added = json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
-                           "arguments": "", "status": "in_progress"});
-        out.push(self.event(
-            "response.output_item.added",
-            json!({"output_index": index, "item": added}),
-        ));
-        out.push(self.event(
-            "response.function_call_arguments.delta",
-            json!({"item_id": id, "output_index": index, "delta": arguments}),
-        ));
+        *status = "completed";
+        let (name, arguments) = (name.clone(), arguments.clone());
         out.push(self.event(
             "response.function_call_arguments.done",
             json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
         ));
-        let v = serde_json::to_value(&done).expect("items serialise");
-        self.resp.output.push(done);
+        let v = serde_json::to_value(&self.resp.output[index]).expect("items serialise");
         out.push(self.event(
             "response.output_item.done",
             json!({"output_index": index, "item": v}),
@@ -337,8 +370,14 @@ impl EventMaker for Events {
     fn done(&mut self, _: usize, f: &Finish, rest: Piece, _: bool) -> Vec<SseEvent> {
         let mut out = Vec::new();
         self.piece(rest, &mut out);
+        self.close_call(&mut out);
         self.close_thinking(status(f).0, &mut out);
-        if self.resp.output.iter().all(|o| matches!(o, OutputItem::Reasoning { .. })) {
+        if self
+            .resp
+            .output
+            .iter()
+            .all(|o| matches!(o, OutputItem::Reasoning { .. }))
+        {
             self.open_message(&mut out);
         }
         self.close_message(status(f).0, &mut out);
@@ -396,6 +435,7 @@ impl Api for Responses {
             seq: 0,
             tools: v.tools.is_some() || v.reasoning.is_some(),
             thinking: None,
+            calling: None,
             open: None,
             finish: None,
         }
@@ -418,7 +458,10 @@ impl Api for Responses {
             let text = Some(c.text);
             resp.output.push(message(object_id("msg"), status, text));
         }
-        let calls = c.calls.into_iter().map(|c| function_call(c, "completed"));
+        let calls = c
+            .calls
+            .into_iter()
+            .map(|c| function_call(c.name, c.arguments, "completed"));
         resp.output.extend(calls);
         resp.status = status;
         resp.incomplete_details = details;

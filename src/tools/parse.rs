@@ -1,220 +1,152 @@
-//! Reads tool calls out of a model's text in each family's format. A text that does not
-//! hold well-formed calls is returned as content, as vLLM's parsers do.
-
-use serde_json::Value;
-
-use super::ToolFormat;
+//! A whole answer's calls: what its stream gives, put together. Text that does not hold
+//! well-formed calls is content, as vLLM's parsers keep it.
 
 /// A call found in the output.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedCall {
     /// The function.
     pub name: String,
-    /// Its arguments as compact JSON.
+    /// Its arguments' JSON text, as the model wrote it.
     pub arguments: String,
+    /// The call's own id, where the family writes one (Mistral, Command R7B).
+    pub id: Option<String>,
 }
 
 /// The text around the calls, and the calls.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Parsed {
-    /// Content outside the calls (trimmed; empty if there is none).
+    /// Content outside the calls (whitespace next to the calls dropped).
     pub content: String,
     /// The calls, in order.
     pub calls: Vec<ParsedCall>,
 }
 
-pub(super) const HERMES_OPEN: &str = "<tool_call>";
-pub(super) const HERMES_CLOSE: &str = "</tool_call>";
-const PYTHON_TAG: &str = "<|python_tag|>";
-const MISTRAL_TAG: &str = "[TOOL_CALLS]";
-
-/// One call object (`{"name": ..., "arguments"|"parameters": {...}}`) to one of `names`
-/// (any name when `names` is empty).
-pub(super) fn call_of(v: &Value, names: &[String]) -> Option<ParsedCall> {
-    let o = v.as_object()?;
-    let name = o.get("name")?.as_str()?.to_string();
-    if !names.is_empty() && !names.contains(&name) {
-        return None;
-    }
-    let args = o.get("arguments").or_else(|| o.get("parameters"))?.clone();
-    // Some models write the arguments as a JSON string.
-    let args = match args {
-        Value::String(s) => serde_json::from_str(&s).ok()?,
-        other => other,
-    };
-    args.is_object().then(|| ParsedCall {
-        name,
-        arguments: args.to_string(),
-    })
-}
-
-/// The body of one Hermes call.
-pub(super) fn hermes_call(body: &str, names: &[String]) -> Option<ParsedCall> {
-    call_of(&serde_json::from_str(body.trim()).ok()?, names)
-}
-
-/// Calls in `text` written in `format`, to the functions `names` (a call to another name
-/// is not a call).
-pub fn parse(format: ToolFormat, text: &str, names: &[String]) -> Parsed {
-    let plain = || Parsed {
-        content: text.to_string(),
-        calls: Vec::new(),
-    };
-    match format {
-        ToolFormat::Hermes => {
-            let mut rest = text;
-            let mut content = String::new();
-            let mut calls = Vec::new();
-            while let Some(at) = rest.find(HERMES_OPEN) {
-                content.push_str(&rest[..at]);
-                let after = &rest[at + HERMES_OPEN.len()..];
-                let (body, next, closed) = match after.find(HERMES_CLOSE) {
-                    Some(end) => (&after[..end], &after[end + HERMES_CLOSE.len()..], true),
-                    None => (after, "", false),
-                };
-                match hermes_call(body, names) {
-                    Some(c) => calls.push(c),
-                    // A malformed call, or a last one cut short (by `max_tokens`), stays
-                    // text; the well-formed ones are kept.
-                    None if closed => {
-                        content.push_str(&format!("{HERMES_OPEN}{body}{HERMES_CLOSE}"))
-                    }
-                    None => {
-                        content.push_str(&rest[at..]);
-                        rest = "";
-                        break;
-                    }
-                }
-                rest = next;
-            }
-            content.push_str(rest);
-            Parsed {
-                content: if calls.is_empty() {
-                    content
-                } else {
-                    content.trim().to_string()
-                },
-                calls,
-            }
-        }
-        ToolFormat::Llama3 => {
-            let t = text.trim_start();
-            let t = t.strip_prefix(PYTHON_TAG).unwrap_or(t).trim();
-            if !t.starts_with('{') {
-                return plain();
-            }
-            let mut calls = Vec::new();
-            let mut rest = t;
-            while !rest.is_empty() {
-                let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-                match values
-                    .next()
-                    .and_then(|v| v.ok())
-                    .and_then(|v| call_of(&v, names))
-                {
-                    Some(c) => calls.push(c),
-                    None => return plain(),
-                }
-                rest = rest[values.byte_offset()..].trim_start();
-                rest = rest.strip_prefix(';').unwrap_or(rest).trim_start();
-            }
-            Parsed {
-                content: String::new(),
-                calls,
-            }
-        }
-        ToolFormat::Mistral => {
-            let Some(at) = text.find(MISTRAL_TAG) else {
-                return plain();
-            };
-            let list: Option<Vec<ParsedCall>> =
-                serde_json::from_str::<Value>(text[at + MISTRAL_TAG.len()..].trim())
-                    .ok()
-                    .and_then(|v| {
-                        v.as_array()
-                            .map(|a| a.iter().map(|c| call_of(c, names)).collect())
-                    })
-                    .flatten();
-            match list {
-                Some(calls) if !calls.is_empty() => Parsed {
-                    content: text[..at].trim().to_string(),
-                    calls,
-                },
-                _ => plain(),
-            }
-        }
-    }
-}
-
-/// The marker that starts a call in `format` when it may follow content (Hermes,
-/// Mistral); Llama 3 calls are the whole answer.
-pub(super) fn opener(format: ToolFormat) -> &'static str {
-    match format {
-        ToolFormat::Hermes => HERMES_OPEN,
-        ToolFormat::Llama3 => PYTHON_TAG,
-        ToolFormat::Mistral => MISTRAL_TAG,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
+    use super::super::{CallReader, ToolFormat};
     use super::*;
 
-    fn call(name: &str, args: &str) -> ParsedCall {
-        ParsedCall {
-            name: name.into(),
-            arguments: args.into(),
+    fn reader(format: ToolFormat, names: &[&str], parallel: bool) -> CallReader {
+        CallReader {
+            format,
+            names: names.iter().map(|s| s.to_string()).collect(),
+            params: Default::default(),
+            parallel,
         }
     }
 
-    // Texts as the families' models write them (Qwen 2.5, Hermes 2 Pro, Llama 3.1,
-    // Mistral 7B v0.3 model cards and chat templates).
+    fn parse(format: ToolFormat, text: &str) -> Parsed {
+        reader(format, &[], true).read(text)
+    }
+
+    /// The calls as (name, arguments as JSON).
+    fn calls(p: &Parsed) -> Vec<(String, Value)> {
+        p.calls
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    serde_json::from_str(&c.arguments).unwrap_or(Value::Null),
+                )
+            })
+            .collect()
+    }
+
+    fn call(name: &str, args: Value) -> (String, Value) {
+        (name.to_string(), args)
+    }
+
+    /// Feeds `text` in pieces of `step` characters and puts the answer together.
+    fn streamed(r: &CallReader, text: &str, step: usize) -> Parsed {
+        let mut s = r.stream();
+        let chars: Vec<char> = text.chars().collect();
+        let mut pieces: Vec<_> = chars
+            .chunks(step)
+            .map(|c| s.push(&c.iter().collect::<String>()))
+            .collect();
+        pieces.push(s.finish());
+        let mut p = Parsed::default();
+        for piece in pieces {
+            p.content.push_str(&piece.content);
+            for d in piece.calls {
+                if let Some(name) = d.name {
+                    assert_eq!(d.index, p.calls.len(), "calls are numbered in order");
+                    p.calls.push(ParsedCall {
+                        name,
+                        arguments: String::new(),
+                        id: None,
+                    });
+                }
+                let c = p
+                    .calls
+                    .last_mut()
+                    .expect("a call starts before its arguments");
+                c.arguments.push_str(&d.arguments);
+                c.id = d.id.or(c.id.take());
+            }
+        }
+        p
+    }
+
     #[test]
     fn hermes_calls_between_content() {
         let t = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \
                  {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \
                  \"arguments\": {}}\n</tool_call>";
-        let p = parse(ToolFormat::Hermes, t, &[]);
+        let p = parse(ToolFormat::Hermes, t);
         assert_eq!(p.content, "Let me check.");
         assert_eq!(
-            p.calls,
+            calls(&p),
             vec![
-                call("get_weather", r#"{"city":"Paris"}"#),
-                call("get_time", "{}")
+                call("get_weather", json!({"city": "Paris"})),
+                call("get_time", json!({}))
             ]
         );
     }
 
     #[test]
-    fn hermes_unclosed_last_call_and_string_arguments() {
-        let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}";
+    fn string_arguments_are_decoded() {
+        let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}</tool_call>";
         assert_eq!(
-            parse(ToolFormat::Hermes, t, &[]).calls,
-            vec![call("f", r#"{"x":1}"#)]
+            calls(&parse(ToolFormat::Hermes, t)),
+            vec![call("f", json!({"x": 1}))]
         );
     }
 
     #[test]
-    fn a_cut_short_last_call_is_content_after_the_complete_ones() {
+    fn a_call_cut_before_its_arguments_is_content() {
         let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n\
                  <tool_call>\n{\"name\": \"f\", \"argu";
-        let p = parse(ToolFormat::Hermes, t, &[]);
-        assert_eq!(p.calls, vec![call("f", "{}")]);
+        let p = parse(ToolFormat::Hermes, t);
+        assert_eq!(calls(&p), vec![call("f", json!({}))]);
         assert_eq!(p.content, "<tool_call>\n{\"name\": \"f\", \"argu");
+    }
+
+    #[test]
+    fn a_call_cut_in_its_arguments_keeps_what_was_written() {
+        let t = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"par";
+        let p = parse(ToolFormat::Hermes, t);
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].arguments, "{\"q\": \"par");
+        assert_eq!(p.content, "");
     }
 
     #[test]
     fn malformed_calls_are_content() {
         for (f, t) in [
-            (ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"argu"),
             (
                 ToolFormat::Hermes,
                 "<tool_call>{\"arguments\": {}}</tool_call>",
             ),
+            (ToolFormat::Hermes, "<tool_call>oops</tool_call>"),
             (ToolFormat::Llama3, "{\"name\": 3}"),
             (ToolFormat::Mistral, "[TOOL_CALLS] not json"),
+            (ToolFormat::MistralArgs, "[TOOL_CALLS]two words[ARGS]{}"),
+            (ToolFormat::DeepSeekR1, "<｜tool▁calls▁begin｜>nope"),
         ] {
-            let p = parse(f, t, &[]);
+            let p = parse(f, t);
             assert!(p.calls.is_empty(), "{t}");
             assert_eq!(p.content, t);
         }
@@ -222,66 +154,111 @@ mod tests {
 
     #[test]
     fn calls_to_unknown_functions_and_plain_json_are_content() {
-        let names = vec!["get_weather".to_string()];
+        let r = reader(ToolFormat::Llama3, &["get_weather"], true);
         let t = "{\"name\": \"Alice\", \"age\": 30}";
-        assert!(parse(ToolFormat::Llama3, t, &names).calls.is_empty());
+        assert!(r.read(t).calls.is_empty());
+        assert_eq!(r.read(t).content, t);
         assert!(
-            parse(ToolFormat::Llama3, t, &[]).calls.is_empty(),
+            parse(ToolFormat::Llama3, t).calls.is_empty(),
             "no arguments key"
         );
-        let t = "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>";
-        assert!(parse(ToolFormat::Hermes, t, &names).calls.is_empty());
+        let r = reader(ToolFormat::Hermes, &["get_weather"], true);
+        assert!(
+            r.read("<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>")
+                .calls
+                .is_empty()
+        );
     }
 
     #[test]
-    fn a_malformed_call_between_good_ones_is_content() {
-        let t = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
-                 <tool_call>oops</tool_call>";
-        let p = parse(ToolFormat::Hermes, t, &[]);
-        assert_eq!(p.calls, vec![call("a", "{}")]);
-        assert_eq!(p.content, "<tool_call>oops</tool_call>");
-    }
-
-    #[test]
-    fn plain_text_is_content() {
-        for f in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral] {
-            let p = parse(f, "The weather is fine.", &[]);
-            assert_eq!(p.content, "The weather is fine.");
+    fn plain_text_is_content_in_every_format() {
+        for f in ToolFormat::ALL {
+            let p = parse(f, "The weather is fine.\n\nTruly.");
+            assert_eq!(p.content, "The weather is fine.\n\nTruly.", "{f:?}");
             assert!(p.calls.is_empty());
         }
     }
 
     #[test]
-    fn llama3_json_and_python_tag() {
-        let t = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
-        assert_eq!(
-            parse(ToolFormat::Llama3, t, &[]).calls,
-            vec![call("get_weather", r#"{"city":"Rome"}"#)]
-        );
+    fn written_calls_read_back_in_every_format_whole_and_streamed() {
+        let args = json!({"q": "a \"quoted\" <word>\nnext", "n": [1, 2], "ok": true});
+        for f in ToolFormat::ALL {
+            let mut one = reader(f, &["search"], true);
+            one.params.insert(
+                "search".into(),
+                json!({"properties": {"q": {"type": "string"}, "n": {"type": "array"},
+                       "ok": {"type": "boolean"}}}),
+            );
+            let text = format!("Sure.\n{}", f.write_call("search", &args));
+            let text = if f == ToolFormat::Llama3 {
+                f.write_call("search", &args)
+            } else {
+                text
+            };
+            let whole = one.read(&text);
+            assert_eq!(calls(&whole), vec![call("search", args.clone())], "{f:?}");
+            for step in [1, 2, 3, 7, 1000] {
+                assert_eq!(
+                    streamed(&one, &text, step),
+                    whole,
+                    "{f:?} in pieces of {step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_first_call_without_parallel_calls() {
+        let t = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\
+                 <tool_call>{\"name\": \"b\", \"arguments\": {\"x\": 1}}</tool_call>";
+        let p = reader(ToolFormat::Hermes, &[], false).read(t);
+        assert_eq!(calls(&p), vec![call("a", json!({}))]);
+        assert_eq!(p.content, "");
+    }
+
+    #[test]
+    fn arguments_stream_as_they_are_written() {
+        let r = reader(ToolFormat::Hermes, &[], true);
+        let mut s = r.stream();
+        let p = s.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"text\": \"one");
+        assert_eq!(p.calls[0].name.as_deref(), Some("f"));
+        assert_eq!(p.calls[0].arguments, "{\"text\": \"one");
+        let p = s.push(" two");
+        assert_eq!(p.calls[0].arguments, " two");
+        assert_eq!(p.calls[0].name, None);
+        let p = s.push("\"}}\n</tool_call>");
+        assert_eq!(p.calls[0].arguments, "\"}");
+    }
+
+    #[test]
+    fn content_is_not_held_longer_than_a_marker_could_need() {
+        let mut s = reader(ToolFormat::Hermes, &[], true).stream();
+        assert_eq!(s.push("Hello <").content, "Hello");
+        assert_eq!(s.push("b>").content, " <b>");
+    }
+
+    #[test]
+    fn llama3_json_semicolons_and_python_tag() {
         let t = "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \
                  \"parameters\": {\"k\": [1, 2]}}";
         assert_eq!(
-            parse(ToolFormat::Llama3, t, &[]).calls,
-            vec![call("a", "{}"), call("b", r#"{"k":[1,2]}"#)]
+            calls(&parse(ToolFormat::Llama3, t)),
+            vec![call("a", json!({})), call("b", json!({"k": [1, 2]}))]
         );
     }
 
     #[test]
-    fn mistral_list() {
-        let t = "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \
-                 \"Oslo\"}}, {\"name\": \"f\", \"arguments\": {}}]";
+    fn mistral_list_with_ids() {
+        let t = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}, \
+                 \"id\": \"abc123def\"}, {\"name\": \"f\", \"arguments\": {}}]";
+        let p = parse(ToolFormat::Mistral, t);
         assert_eq!(
-            parse(ToolFormat::Mistral, t, &[]).calls,
-            vec![call("get_weather", r#"{"city":"Oslo"}"#), call("f", "{}")]
+            calls(&p),
+            vec![
+                call("get_weather", json!({"city": "Oslo"})),
+                call("f", json!({}))
+            ]
         );
-    }
-
-    #[test]
-    fn written_calls_parse_back() {
-        let args = serde_json::json!({"q": "a \"quoted\" word", "n": [1, 2]});
-        for f in [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral] {
-            let p = parse(f, &f.write_call("search", &args), &[]);
-            assert_eq!(p.calls, vec![call("search", &args.to_string())], "{f:?}");
-        }
+        assert_eq!(p.calls[0].id.as_deref(), Some("abc123def"));
     }
 }

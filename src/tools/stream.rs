@@ -1,10 +1,26 @@
 //! Tool calls out of a streamed answer: content is passed on as it comes, except text
-//! that may be the start of a call marker, which waits until it is known; each call is
-//! sent when it is complete, in OpenAI's delta shape (index, id and name first, then the
-//! arguments).
+//! that may be the start of a call marker, which waits until it is known; each call goes
+//! out as it is written, in OpenAI's delta shape: its index and function first, then its
+//! arguments piece by piece.
 
-use super::parse::{HERMES_CLOSE, HERMES_OPEN, ParsedCall, hermes_call, opener, parse};
-use super::{CallReader, ToolFormat};
+use super::CallReader;
+use super::scan::{Seen, literal, partial_suffix};
+use super::sections::{Found, Known, Section, Step};
+
+/// A piece of one call: its start (`name` set), or more of its arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallDelta {
+    /// The call's index in the message.
+    pub index: usize,
+    /// The function, on the call's first delta.
+    pub name: Option<String>,
+    /// More of its arguments' JSON text.
+    pub arguments: String,
+    /// The call's own id, where the family writes one (on its last delta).
+    pub id: Option<String>,
+    /// The call is complete (its last delta).
+    pub done: bool,
+}
 
 /// What one piece of output turns into.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -13,32 +29,32 @@ pub struct Piece {
     pub reasoning: String,
     /// Content to send now.
     pub content: String,
-    /// Calls completed now, with their index in the message (only the first call when
-    /// the reader keeps one).
-    pub calls: Vec<(usize, ParsedCall)>,
+    /// Pieces of calls (only the first call's when the reader keeps one).
+    pub calls: Vec<CallDelta>,
+}
+
+/// A section of calls being read, with its text so far while no call has started (it
+/// is content if none does).
+struct Open {
+    reader: Box<dyn Section + Send>,
+    raw: String,
+    /// Bytes of `raw` that are the opening marker.
+    marker: usize,
+    started: bool,
 }
 
 /// The per-choice state of a streamed answer with tools.
 pub struct ToolStream {
     reader: CallReader,
-    /// Whitespace after a call, sent only if content follows.
-    pending: String,
-    /// Text received and not yet sent or parsed.
     held: String,
-    /// Inside a call (after its opening marker), or, for whole-answer formats, collecting
-    /// the answer as calls.
-    in_call: bool,
-    /// Nothing but whitespace has been sent yet.
+    section: Option<Open>,
+    /// Whitespace that is sent only if content follows.
+    space: String,
+    /// Nothing but whitespace has been seen (Llama 3's calls are the whole answer).
     at_start: bool,
+    /// The last thing out was a call (whitespace after it is dropped).
+    after_call: bool,
     calls: usize,
-}
-
-/// Length of the longest suffix of `s` that is a proper prefix of `marker`.
-fn partial_suffix(s: &str, marker: &str) -> usize {
-    (1..marker.len().min(s.len() + 1))
-        .rev()
-        .find(|&k| s.is_char_boundary(s.len() - k) && marker.starts_with(&s[s.len() - k..]))
-        .unwrap_or(0)
 }
 
 impl ToolStream {
@@ -46,10 +62,11 @@ impl ToolStream {
     pub fn new(reader: CallReader) -> Self {
         Self {
             reader,
-            pending: String::new(),
             held: String::new(),
-            in_call: false,
+            section: None,
+            space: String::new(),
             at_start: true,
+            after_call: false,
             calls: 0,
         }
     }
@@ -59,214 +76,210 @@ impl ToolStream {
         self.calls
     }
 
-    /// Numbers the calls found, keeping only the first of the answer unless parallel.
-    fn number(&mut self, calls: Vec<ParsedCall>) -> Vec<(usize, ParsedCall)> {
-        let parallel = self.reader.parallel;
-        calls
-            .into_iter()
-            .map(|c| {
-                self.calls += 1;
-                (self.calls - 1, c)
-            })
-            .filter(|(i, _)| parallel || *i == 0)
-            .collect()
-    }
-
     /// Takes the next piece of text.
     pub fn push(&mut self, text: &str) -> Piece {
-        self.held.push_str(text);
         let mut out = Piece::default();
-        loop {
-            if self.in_call {
-                if self.reader.format != ToolFormat::Hermes {
-                    // Llama 3 and Mistral calls run to the end of the answer.
-                    return out;
-                }
-                let Some(end) = self.held.find(HERMES_CLOSE) else {
-                    return out;
-                };
-                let body = self.held[..end].to_string();
-                self.held.drain(..end + HERMES_CLOSE.len());
-                self.in_call = false;
-                match hermes_call(&body, &self.reader.names) {
-                    Some(c) => out.calls.extend(self.number(vec![c])),
-                    // Not a call after all: its text is content.
-                    None => out
-                        .content
-                        .push_str(&format!("{HERMES_OPEN}{body}{HERMES_CLOSE}")),
-                }
-                continue;
-            }
-            let marker = opener(self.reader.format);
-            let trimmed = self.held.trim_start();
-            if self.reader.format == ToolFormat::Llama3 {
-                // A Llama 3 answer is calls only if it starts with one.
-                if !self.at_start {
-                    let all = std::mem::take(&mut self.held);
-                    self.send(&mut out, &all);
-                    return out;
-                }
-                if trimmed.starts_with('{') || trimmed.starts_with(marker) {
-                    self.in_call = true;
-                    continue;
-                }
-                if !marker.starts_with(trimmed) {
-                    let all = std::mem::take(&mut self.held);
-                    self.send(&mut out, &all);
-                }
-                // Else hold: whitespace, or the start of the marker.
-                return out;
-            }
-            if let Some(at) = self.held.find(marker) {
-                let before: String = self.held.drain(..at).collect();
-                self.send(&mut out, &before);
-                self.pending.clear();
-                if self.reader.format == ToolFormat::Hermes {
-                    self.held.drain(..marker.len());
-                }
-                self.in_call = true;
-                continue;
-            }
-            // Hold back what may still become a marker.
-            let keep = partial_suffix(&self.held, marker);
-            let send: String = self.held.drain(..self.held.len() - keep).collect();
-            self.send(&mut out, &send);
-            return out;
-        }
-    }
-
-    fn send(&mut self, out: &mut Piece, text: &str) {
-        // Whitespace after a call waits: it is dropped if another call follows, sent if
-        // content does. Content before any call is sent as is.
-        if self.calls > 0 && text.trim().is_empty() {
-            self.pending.push_str(text);
-            return;
-        }
-        if !text.trim().is_empty() {
-            self.at_start = false;
-        }
-        out.content.push_str(&std::mem::take(&mut self.pending));
-        out.content.push_str(text);
+        self.held.push_str(text);
+        self.run(&mut out, false);
+        out
     }
 
     /// The end of the answer: what is still held, as content or calls.
     pub fn finish(&mut self) -> Piece {
-        let held = std::mem::take(&mut self.held);
         let mut out = Piece::default();
-        if !self.in_call {
-            self.send(&mut out, &held);
-            return out;
-        }
-        self.in_call = false;
-        let text = match self.reader.format {
-            ToolFormat::Hermes => format!("{HERMES_OPEN}{held}"),
-            _ => held,
-        };
-        let p = parse(self.reader.format, &text, &self.reader.names);
-        if p.calls.is_empty() {
-            out.content = text;
-        } else {
-            out.content = p.content;
-            out.calls = self.number(p.calls);
+        self.run(&mut out, true);
+        if self.calls == 0 && !self.after_call {
+            out.content.push_str(&std::mem::take(&mut self.space));
         }
         out
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Feeds `text` in pieces of `step` characters; returns the content and the calls.
-    fn reader(format: ToolFormat) -> CallReader {
-        CallReader {
-            format,
-            names: Vec::new(),
-            parallel: true,
-        }
-    }
-
-    fn run(format: ToolFormat, text: &str, step: usize) -> (String, Vec<(usize, ParsedCall)>) {
-        let mut s = reader(format).stream();
-        let chars: Vec<char> = text.chars().collect();
-        let (mut content, mut calls) = (String::new(), Vec::new());
-        for piece in chars.chunks(step) {
-            let p = s.push(&piece.iter().collect::<String>());
-            content.push_str(&p.content);
-            calls.extend(p.calls);
-        }
-        let p = s.finish();
-        content.push_str(&p.content);
-        calls.extend(p.calls);
-        (content, calls)
-    }
-
-    #[test]
-    fn streamed_equals_whole_for_every_split() {
-        let texts = [
-            (
-                ToolFormat::Hermes,
-                "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n\
-                 <tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
-            ),
-            (ToolFormat::Hermes, "No call here, just <tool text."),
-            (
-                ToolFormat::Hermes,
-                "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\
-                 <tool_call>\n{\"name\": \"a\", \"argu",
-            ),
-            (
-                ToolFormat::Llama3,
-                "  {\"name\": \"a\", \"parameters\": {\"x\": \"y\"}}",
-            ),
-            (ToolFormat::Llama3, "Plain {answer}."),
-            (
-                ToolFormat::Llama3,
-                "Sure. <|python_tag|>{\"name\": \"f\", \"parameters\": {}}",
-            ),
-            (
-                ToolFormat::Hermes,
-                "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
-                 <tool_call>oops</tool_call>\nPara one.\n\nPara two.",
-            ),
-            (
-                ToolFormat::Mistral,
-                "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"k\": true}}]",
-            ),
-        ];
-        for (f, t) in texts {
-            let whole = parse(f, t, &[]);
-            for step in [1, 2, 3, 7, 1000] {
-                let (content, calls) = run(f, t, step);
-                let calls: Vec<ParsedCall> = calls.into_iter().map(|(_, c)| c).collect();
-                assert_eq!(calls, whole.calls, "{f:?} step {step}: {t}");
-                assert_eq!(
-                    content.trim(),
-                    whole.content.trim(),
-                    "{f:?} step {step}: {t}"
-                );
+    fn run(&mut self, out: &mut Piece, end: bool) {
+        loop {
+            if let Some(open) = &mut self.section {
+                let text = std::mem::take(&mut self.held);
+                if !open.started {
+                    open.raw.push_str(&text);
+                }
+                let mut found = Vec::new();
+                let params = |n: &str| self.reader.params.get(n);
+                let known = Known {
+                    names: &self.reader.names,
+                    params: &params,
+                };
+                let step = if end && text.is_empty() {
+                    open.reader.finish(&mut found)
+                } else {
+                    match open.reader.feed(&text, &known, &mut found) {
+                        Step::More if end => open.reader.finish(&mut found),
+                        s => s,
+                    }
+                };
+                open.started |= found.iter().any(|f| matches!(f, Found::Start(_)));
+                for f in found {
+                    self.take(f, out);
+                }
+                match step {
+                    Step::More => return,
+                    Step::Done(rest) => {
+                        self.section = None;
+                        self.held = rest;
+                    }
+                    Step::Invalid => {
+                        // Not calls after all: the marker is content, and what followed
+                        // it is read again.
+                        let open = self.section.take().expect("a section is open");
+                        self.content(&open.raw[..open.marker], out);
+                        self.held = open.raw[open.marker..].to_string();
+                    }
+                }
+                continue;
+            }
+            if self.held.is_empty() {
+                return;
+            }
+            if !self.find_opener(out, end) {
+                return;
             }
         }
     }
 
-    #[test]
-    fn content_before_a_call_is_not_held_longer_than_needed() {
-        let mut s = reader(ToolFormat::Hermes).stream();
-        assert_eq!(s.push("Hello <").content, "Hello ");
-        assert_eq!(s.push("b>").content, "<b>");
+    /// Sends the held text up to the first opening marker and opens its section; sends
+    /// what cannot start a marker and returns false when there is none.
+    fn find_opener(&mut self, out: &mut Piece, end: bool) -> bool {
+        let format = self.reader.format;
+        let first = format
+            .openers()
+            .iter()
+            .filter_map(|o| self.held.find(o.text).map(|at| (at, o)))
+            .min_by_key(|(at, _)| *at);
+        // Llama 3's bare JSON call is the whole answer: only at its start.
+        let trimmed = self.held.trim_start();
+        if format == super::ToolFormat::Llama3 && self.at_start && trimmed.starts_with('{') {
+            let lead = self.held.len() - trimmed.len();
+            self.held.drain(..lead);
+            self.open(0, false);
+            return true;
+        }
+        if let Some((at, o)) = first {
+            // A longer marker that starts the same way may still be coming.
+            let longer = format.openers().iter().any(|p| {
+                p.text.len() > o.text.len()
+                    && p.text.starts_with(o.text)
+                    && literal(&self.held[at..], p.text) == Seen::Partial
+            });
+            if longer && !end {
+                let before: String = self.held.drain(..at).collect();
+                self.content(&before, out);
+                return false;
+            }
+            let before: String = self.held.drain(..at).collect();
+            self.content(&before, out);
+            self.open(o.text.len(), o.eaten);
+            return true;
+        }
+        let keep = if end {
+            0
+        } else {
+            format
+                .openers()
+                .iter()
+                .map(|o| partial_suffix(&self.held, o.text))
+                .max()
+                .unwrap_or(0)
+        };
+        let send: String = self.held.drain(..self.held.len() - keep).collect();
+        self.content(&send, out);
+        false
     }
 
-    #[test]
-    fn calls_are_numbered_in_order() {
-        let t = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\
-                 <tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
-        let (_, calls) = run(ToolFormat::Hermes, t, 5);
-        assert_eq!(
-            calls
-                .iter()
-                .map(|(i, c)| (*i, c.name.as_str()))
-                .collect::<Vec<_>>(),
-            vec![(0, "a"), (1, "b")]
-        );
+    /// Opens a section at the start of `held`, whose first `len` bytes are its marker:
+    /// taken from the text when `eaten`, else read by the section (if the section turns
+    /// out to hold no call, its first character is content and the rest is read again).
+    fn open(&mut self, len: usize, eaten: bool) {
+        let opener = self.held[..len].to_string();
+        let (raw, marker) = if eaten {
+            self.held.drain(..len);
+            (opener.clone(), len)
+        } else {
+            let first = self.held.chars().next().map_or(0, char::len_utf8);
+            (String::new(), first)
+        };
+        self.section = Some(Open {
+            reader: self.reader.format.section(&opener),
+            raw,
+            marker,
+            started: false,
+        });
+    }
+
+    /// Content: whitespace waits until text follows it (and is dropped before and after
+    /// calls).
+    fn content(&mut self, text: &str, out: &mut Piece) {
+        if text.is_empty() {
+            return;
+        }
+        let body = text.trim_end();
+        if body.is_empty() {
+            self.space.push_str(text);
+            return;
+        }
+        self.at_start = false;
+        let lead = std::mem::take(&mut self.space);
+        if !self.after_call {
+            out.content.push_str(&lead);
+        }
+        let body = if self.after_call {
+            body.trim_start()
+        } else {
+            body
+        };
+        out.content.push_str(body);
+        self.after_call = false;
+        self.space.push_str(&text[text.trim_end().len()..]);
+    }
+
+    /// One thing a section found.
+    fn take(&mut self, f: Found, out: &mut Piece) {
+        let keep = self.reader.parallel || self.calls <= 1;
+        match f {
+            Found::Start(name) => {
+                self.space.clear();
+                self.at_start = false;
+                self.calls += 1;
+                if self.reader.parallel || self.calls == 1 {
+                    out.calls.push(CallDelta {
+                        index: self.calls - 1,
+                        name: Some(name),
+                        ..CallDelta::default()
+                    });
+                }
+            }
+            Found::Args(a) if keep => match out.calls.last_mut() {
+                Some(d) if d.index == self.calls - 1 => d.arguments.push_str(&a),
+                _ => out.calls.push(CallDelta {
+                    index: self.calls - 1,
+                    arguments: a,
+                    ..CallDelta::default()
+                }),
+            },
+            Found::End(id) if keep => {
+                self.after_call = true;
+                match out.calls.last_mut().filter(|d| d.index == self.calls - 1) {
+                    Some(d) => {
+                        d.id = id;
+                        d.done = true;
+                    }
+                    None => out.calls.push(CallDelta {
+                        index: self.calls - 1,
+                        id,
+                        done: true,
+                        ..CallDelta::default()
+                    }),
+                }
+            }
+            Found::End(_) => self.after_call = true,
+            Found::Args(_) => {}
+        }
     }
 }

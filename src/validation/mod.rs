@@ -465,7 +465,7 @@ pub fn chat(
     };
     reasoning::check(r)?;
     let budget = r.thinking_token_budget.map(|b| b as usize);
-    let thinking = reasoning::plan(tok, &text, budget)?;
+    let thinking = reasoning::plan(tok, &text, budget, plan.format)?;
     let (mut requests, n) = build(&common, vec![prompt], at, tok, limits)?;
     for q in &mut requests {
         q.constraint = constraint.clone();
@@ -484,15 +484,12 @@ pub fn chat(
         best_of: None,
         beam: false,
         prompt_logprobs: common.prompt_logprobs.map(|k| k as usize),
-        tools: plan.format.map(|format| CallReader {
-            format,
-            names: r
-                .tools
-                .iter()
-                .flatten()
-                .map(|t| t.function.name.clone())
-                .collect(),
-            parallel: r.parallel_tool_calls.unwrap_or(true),
+        tools: plan.format.map(|format| {
+            CallReader::new(
+                format,
+                r.tools.as_deref().unwrap_or_default(),
+                r.parallel_tool_calls.unwrap_or(true),
+            )
         }),
         reasoning: thinking.map(|t| t.0),
     })

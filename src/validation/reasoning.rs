@@ -8,6 +8,7 @@ use sluice_engine::{ThinkSpec, Tokenizer};
 use super::ValidationError;
 use crate::api::ChatRequest;
 use crate::reasoning::{ReasoningFormat, ReasoningReader};
+use crate::tools::ToolFormat;
 
 /// The variables the chat template gets beside the messages: `chat_template_kwargs`, and
 /// from `reasoning_effort` the template's `reasoning_effort` and its thinking switches
@@ -53,6 +54,7 @@ pub(super) fn plan(
     tok: &Tokenizer,
     prompt: &str,
     budget: Option<usize>,
+    tools: Option<ToolFormat>,
 ) -> Result<Option<(ReasoningReader, ThinkSpec)>, ValidationError> {
     let Some(format) = tok
         .chat_template
@@ -70,5 +72,11 @@ pub(super) fn plan(
         open,
         budget,
     };
-    Ok(Some((ReasoningReader { format, open }, spec)))
+    let interrupt = (tools == Some(ToolFormat::Qwen3Coder)).then_some("<tool_call>");
+    let reader = ReasoningReader {
+        format,
+        open,
+        interrupt,
+    };
+    Ok(Some((reader, spec)))
 }

@@ -199,10 +199,12 @@ pub(super) fn plan(
         template.render_with_kwargs(&without_template_tools(msgs, tools, format), None, kw)?
     };
     let parallel = r.parallel_tool_calls.unwrap_or(true);
-    // Mistral's marker is one control token: the grammar asks for that token.
-    let marker = (format == ToolFormat::Mistral)
-        .then(|| tok.id("[TOOL_CALLS]"))
-        .flatten();
+    // A marker that is one control token in the vocabulary (Mistral's `[TOOL_CALLS]`,
+    // Qwen's `<tool_call>`) is asked for as that token, as the model writes it.
+    let mark = |m: &str| match tok.id(m) {
+        Some(id) => format!("<[{id}]>"),
+        None => serde_json::to_string(m).expect("a string serialises"),
+    };
     let required: Vec<&Tool> = match choice.strip_prefix("function:") {
         Some(name) => tools.iter().filter(|t| t.function.name == name).collect(),
         None if choice == "required" => tools.iter().collect(),
@@ -219,7 +221,7 @@ pub(super) fn plan(
                 "tool calls are not available for this model's tokenizer",
             )
         })?;
-        g.compile(&call_grammar(ts, format, par, marker))
+        g.compile(&call_grammar(ts, format, par, &mark))
             .map_err(|e| bad("tools", format!("invalid `tools`: {e}")))
     };
     if active && choice != "required" {

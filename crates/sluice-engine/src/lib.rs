@@ -42,8 +42,8 @@ mod sequence;
 mod slots;
 mod spec;
 mod stops;
-mod thinking;
 pub mod testing;
+mod thinking;
 pub mod tokenizer;
 mod worker;
 

@@ -14,7 +14,7 @@ use crate::api::{
 use crate::http::AppState;
 use crate::http::generate::{Api, Choice, route, validate_chat};
 use crate::tools::parse::ParsedCall;
-use crate::tools::stream::Piece;
+use crate::tools::stream::{CallDelta, Piece};
 use crate::validation::{Fields, Validated, ValidationError};
 use sluice_engine::{Finish, FinishReason, TokenEvent, Tokenizer};
 
@@ -116,33 +116,26 @@ impl Chunks {
         })
     }
 
-    /// Each completed call as two deltas: index, id, type and name with empty arguments,
-    /// then the arguments.
-    fn call_chunks(&self, index: usize, calls: Vec<(usize, ParsedCall)>) -> Vec<String> {
-        let mut out = Vec::new();
-        for (i, c) in calls {
-            let head = ToolCallDelta {
-                index: i,
-                id: Some(call_id()),
-                kind: Some("function"),
-                function: FunctionCallDelta {
-                    name: Some(c.name),
-                    arguments: Some(String::new()),
-                },
-            };
-            let args = ToolCallDelta {
-                index: i,
-                id: None,
-                kind: None,
-                function: FunctionCallDelta {
-                    name: None,
-                    arguments: Some(c.arguments),
-                },
-            };
-            out.push(self.delta(index, None, Some(vec![head]), None, None));
-            out.push(self.delta(index, None, Some(vec![args]), None, None));
-        }
-        out
+    /// Each piece of a call as a delta: its start with index, id, type and name (and
+    /// the arguments so far), then more of its arguments.
+    fn call_chunks(&self, index: usize, calls: Vec<CallDelta>) -> Vec<String> {
+        calls
+            .into_iter()
+            .filter(|d| d.name.is_some() || !d.arguments.is_empty())
+            .map(|d| {
+                let start = d.name.is_some();
+                let delta = ToolCallDelta {
+                    index: d.index,
+                    id: start.then(call_id),
+                    kind: start.then_some("function"),
+                    function: FunctionCallDelta {
+                        name: d.name,
+                        arguments: Some(d.arguments),
+                    },
+                };
+                self.delta(index, None, Some(vec![delta]), None, None)
+            })
+            .collect()
     }
 }
 

@@ -118,7 +118,10 @@ impl Worker {
                 Some(Some(sampled)) => sampled,
             };
             let ends = s.req.stop_ids.contains(&sampled.token);
-            let feeds = s.thinking.as_ref().is_none_or(|t| t.feeds_grammar(sampled.token));
+            let feeds = s
+                .thinking
+                .as_ref()
+                .is_none_or(|t| t.feeds_grammar(sampled.token));
             if let Some(g) = &mut s.guide
                 && !ends
                 && feeds
@@ -176,7 +179,10 @@ impl Worker {
             }
             .run();
             let ends = s.req.stop_ids.contains(&sampled.token);
-            let feeds = s.thinking.as_ref().is_none_or(|t| t.feeds_grammar(sampled.token));
+            let feeds = s
+                .thinking
+                .as_ref()
+                .is_none_or(|t| t.feeds_grammar(sampled.token));
             if let Some(g) = &mut s.guide
                 && !ends
                 && feeds
