@@ -8,12 +8,22 @@ use sluice_engine::{GrammarSpec, json_layout};
 use super::ToolFormat;
 use crate::api::tools::Tool;
 
-/// A tool's parameter schema (an object with anything when it gives none).
+/// A tool's parameter schema (an object with anything when it gives none). Properties
+/// the schema does not name are not written unless it allows them itself: a small model
+/// otherwise copies schema keywords (`maxLength`, `required`) into its arguments.
 fn params(t: &Tool) -> Value {
-    t.function
+    let mut p = t
+        .function
         .parameters
         .clone()
-        .unwrap_or_else(|| json!({"type": "object"}))
+        .unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(o) = p.as_object_mut()
+        && o.contains_key("properties")
+    {
+        o.entry("additionalProperties")
+            .or_insert(Value::Bool(false));
+    }
+    p
 }
 
 /// `%json` of a schema, in the compact layout constrained output uses.
@@ -72,7 +82,11 @@ fn xml_function(t: &Tool, i: usize, rules: &mut Vec<String>) -> String {
             _ => s.get("enum").is_some() && s.get("type").is_none(),
         };
         if text_only {
-            rules.push(format!("{value}[stop=\"\\n</parameter>\"]: /(.|\\n)*/"));
+            // Text without `<`, then the closing tag, as one lexeme: the value cannot end
+            // early. `maxLength` (up to 256) bounds it.
+            let most = s["maxLength"].as_u64().filter(|&n| n <= 256);
+            let reps = most.map_or("*".to_string(), |n| format!("{{0,{n}}}"));
+            rules.push(format!("{value}: /[^<]{reps}\\n<\\/parameter>/"));
         } else {
             rules.push(format!("{value}: {} \"\\n</parameter>\"", json(s.clone())));
         }

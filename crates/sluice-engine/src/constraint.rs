@@ -113,9 +113,12 @@ impl TokenizerEnv for Env {
     }
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.tok
-            .encode_with(&String::from_utf8_lossy(s), false, false)
-            .unwrap_or_default()
+        // Bytes the grammar forces may end inside a character (a marker such as
+        // DeepSeek's `<｜tool▁sep｜>` written in a vocabulary without it): the whole
+        // characters go through the tokenizer, the rest byte by byte through the trie.
+        self.trie.tokenize_with_greedy_fallback(s, |t| {
+            self.tok.encode_with(t, false, false).unwrap_or_default()
+        })
     }
 }
 
