@@ -3,6 +3,7 @@
 //! the tools when the chat template has no `tools` variable, and the grammar that makes a
 //! required call always parse (docs/ARCHITECTURE.md, "Tool calls").
 
+mod deepseek;
 mod grammar;
 mod lenient;
 pub mod parse;

@@ -169,7 +169,7 @@ pub(super) fn call_object(text: &str, keys: Keys) -> CallSoFar {
         };
         i += n;
         i += space(&text[i..]);
-        match text[i..].as_bytes().first() {
+        match text.as_bytes()[i..].first() {
             None => return c,
             Some(b':') => i += 1,
             Some(_) => {

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::scan::{CallSoFar, Keys, Seen, call_object, literal, partial_suffix, space, value};
-use super::xml;
+use super::{deepseek, xml};
 
 /// What a reader finds, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub trait Section {
 /// Streams the arguments value at `start` of `buf` (ending at `end` once whole), of which
 /// `sent` bytes went out: its text as it comes, or a string value, once whole, decoded as
 /// the JSON text it holds.
-fn stream_args(
+pub(super) fn stream_args(
     buf: &str,
     start: usize,
     end: Option<usize>,
@@ -350,160 +350,6 @@ impl MistralArgs {
     }
 }
 
-/// DeepSeek R1: `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
-/// <｜tool▁sep｜>name` newline, the arguments in a ```` ```json ```` fence,
-/// `<｜tool▁call▁end｜>`; then `<｜tool▁calls▁end｜>`.
-pub struct DeepSeek {
-    buf: String,
-    state: D,
-    any: bool,
-    sent: usize,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum D {
-    Begin,
-    Name,
-    Args,
-    CallEnd,
-}
-
-const CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
-const SEP: &str = "<｜tool▁sep｜>";
-const CALL_END: &str = "<｜tool▁call▁end｜>";
-const CALLS_END: &str = "<｜tool▁calls▁end｜>";
-
-impl DeepSeek {
-    pub fn new() -> Self {
-        Self {
-            buf: String::new(),
-            state: D::Begin,
-            any: false,
-            sent: 0,
-        }
-    }
-
-    fn stop(&mut self) -> Step {
-        if self.any {
-            Step::Done(std::mem::take(&mut self.buf))
-        } else {
-            Step::Invalid
-        }
-    }
-}
-
-impl Section for DeepSeek {
-    fn feed(&mut self, text: &str, k: &Known, out: &mut Vec<Found>) -> Step {
-        self.buf.push_str(text);
-        loop {
-            match self.state {
-                D::Begin => {
-                    let n = space(&self.buf);
-                    self.buf.drain(..n);
-                    // `<｜tool▁calls｜>function<｜tool▁sep｜>…`: a call without its own
-                    // opening marker.
-                    if !self.any {
-                        match literal(&self.buf, "function") {
-                            Seen::Whole(_) => {
-                                self.state = D::Name;
-                                continue;
-                            }
-                            Seen::Partial => return Step::More,
-                            Seen::No => {}
-                        }
-                    }
-                    match (
-                        literal(&self.buf, CALL_BEGIN),
-                        literal(&self.buf, CALLS_END),
-                    ) {
-                        (Seen::Whole(n), _) => {
-                            self.buf.drain(..n);
-                            self.state = D::Name;
-                        }
-                        (_, Seen::Whole(n)) => return Step::Done(self.buf.split_off(n)),
-                        (Seen::Partial, _) | (_, Seen::Partial) => return Step::More,
-                        _ => return self.stop(),
-                    }
-                }
-                D::Name => {
-                    let Some(nl) = self.buf.find('\n') else {
-                        return Step::More;
-                    };
-                    let head = &self.buf[..nl];
-                    let name = head
-                        .rsplit(SEP)
-                        .next()
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string();
-                    if !head.contains(SEP) || name.is_empty() || !k.allows(&name) {
-                        return self.stop();
-                    }
-                    self.buf.drain(..nl + 1);
-                    out.push(Found::Start(name));
-                    self.any = true;
-                    self.sent = 0;
-                    self.state = D::Args;
-                }
-                D::Args => {
-                    let n = space(&self.buf);
-                    let rest = &self.buf[n..];
-                    match literal(rest, "```json") {
-                        Seen::Whole(f) => {
-                            self.buf.drain(..n + f);
-                            continue;
-                        }
-                        Seen::Partial => return Step::More,
-                        Seen::No => {}
-                    }
-                    self.buf.drain(..n);
-                    let end = match value(&self.buf) {
-                        Seen::Whole(e) => Some(e),
-                        Seen::Partial => None,
-                        Seen::No => Some(0),
-                    };
-                    stream_args(&self.buf, 0, end, &mut self.sent, out);
-                    let Some(e) = end else {
-                        return Step::More;
-                    };
-                    self.buf.drain(..e);
-                    out.push(Found::End(None));
-                    self.state = D::CallEnd;
-                }
-                D::CallEnd => {
-                    let n = space(&self.buf);
-                    let rest = &self.buf[n..];
-                    let fence = match literal(rest, "```") {
-                        Seen::Whole(f) => f,
-                        Seen::Partial => return Step::More,
-                        Seen::No => 0,
-                    };
-                    let n2 = n + fence + space(&rest[fence..]);
-                    match literal(&self.buf[n2..], CALL_END) {
-                        Seen::Whole(e) => {
-                            self.buf.drain(..n2 + e);
-                            self.state = D::Begin;
-                        }
-                        Seen::Partial => return Step::More,
-                        Seen::No => return Step::Done(self.buf.split_off(n2)),
-                    }
-                }
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Found>) -> Step {
-        match self.state {
-            D::Args => {
-                out.push(Found::End(None));
-                Step::Done(String::new())
-            }
-            D::CallEnd => Step::Done(String::new()),
-            _ => self.stop(),
-        }
-    }
-}
-
 /// Command R7B's answer markers, taken out of the content.
 pub struct Nothing;
 
@@ -517,4 +363,5 @@ impl Section for Nothing {
     }
 }
 
+pub use deepseek::DeepSeek;
 pub use xml::QwenXml;

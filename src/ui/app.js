@@ -49,6 +49,7 @@ const FIELDS = {
   topP: "top-p",
   maxTokens: "max-tokens",
   seed: "seed",
+  thinkingBudget: "thinking-budget",
 };
 
 // ---------------------------------------------------------------- storage
@@ -79,9 +80,13 @@ function loadConversations() {
       id: c.id,
       title: String(c.title ?? ""),
       created: Number(c.created) || 0,
-      messages: c.messages.filter(
-        (m) => m && ["user", "assistant"].includes(m.role) && typeof m.content === "string",
-      ),
+      messages: c.messages
+        .filter((m) => m && ["user", "assistant"].includes(m.role) && typeof m.content === "string")
+        .map((m) => ({
+          role: m.role,
+          content: m.content,
+          ...(typeof m.reasoning === "string" && m.reasoning ? { reasoning: m.reasoning } : {}),
+        })),
     }));
 }
 
@@ -196,6 +201,7 @@ function requestBody(messages) {
     top_p: num(settings.topP),
     max_tokens: num(settings.maxTokens, true),
     seed: num(settings.seed, true),
+    thinking_token_budget: num(settings.thinkingBudget, true),
   };
   for (const [k, v] of Object.entries(optional)) if (v !== undefined) body[k] = v;
   return body;
@@ -258,6 +264,8 @@ async function answer(conv, node) {
   node.classList.add("streaming");
   const body = node.querySelector(".body");
   let content = "";
+  let reasoning = "";
+  let thinking = null; // the folded thinking element, once the model thinks
   let deltas = 0;
   let first = 0;
   let usage = null;
@@ -284,8 +292,17 @@ async function answer(conv, node) {
       }
       if (chunk.error) throw new Error(chunk.error.message || "the server reported an error");
       if (chunk.usage) usage = chunk.usage;
+      const thought = chunk.choices?.[0]?.delta?.reasoning_content;
+      if (thought) {
+        if (!first) first = performance.now();
+        reasoning += thought;
+        deltas += 1;
+        thinking ??= addThinking(node, true);
+        thinking.querySelector(".thought").textContent = reasoning;
+      }
       const piece = chunk.choices?.[0]?.delta?.content;
       if (piece) {
+        if (thinking) thinking.classList.remove("active");
         if (!first) first = performance.now();
         content += piece;
         deltas += 1;
@@ -302,8 +319,9 @@ async function answer(conv, node) {
   const stopped = controller.signal.aborted;
   streaming = null;
 
-  if (content) {
-    conv.messages.push({ role: "assistant", content });
+  thinking?.classList.remove("active");
+  if (content || reasoning) {
+    conv.messages.push({ role: "assistant", content, ...(reasoning ? { reasoning } : {}) });
     persist();
   }
   showMarkdown(body, content);
@@ -341,8 +359,27 @@ function addNote(node, text, cls) {
   node.append(note);
 }
 
-/** Adds a message; user text is plain text, assistant text is rendered Markdown. */
-function appendMessage(role, content) {
+/**
+ * Adds a reasoning model's thinking to an assistant message, folded (before its body);
+ * `active` while the thinking streams.
+ */
+function addThinking(node, active) {
+  const details = document.createElement("details");
+  details.className = active ? "thinking active" : "thinking";
+  const summary = document.createElement("summary");
+  summary.textContent = "Thinking";
+  const thought = document.createElement("div");
+  thought.className = "thought";
+  details.append(summary, thought);
+  node.prepend(details);
+  return details;
+}
+
+/**
+ * Adds a message; user text is plain text, assistant text is rendered Markdown, with its
+ * thinking (if any) folded above it.
+ */
+function appendMessage(role, content, reasoning) {
   el.messages.querySelector(".empty")?.remove();
   const div = document.createElement("div");
   div.className = `msg ${role}`;
@@ -353,6 +390,7 @@ function appendMessage(role, content) {
     body.className = "body";
     showMarkdown(body, content);
     div.append(body);
+    if (reasoning) addThinking(div, false).querySelector(".thought").textContent = reasoning;
   }
   el.messages.append(div);
   scrollToBottom();
@@ -369,7 +407,7 @@ function renderMessages() {
     el.messages.append(empty);
     return;
   }
-  for (const m of conv.messages) appendMessage(m.role, m.content);
+  for (const m of conv.messages) appendMessage(m.role, m.content, m.reasoning);
 }
 
 function renderSidebar() {

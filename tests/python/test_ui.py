@@ -393,6 +393,50 @@ def test_conversations_persist(base_url, browser):
     assert [m["role"] for m in stored[0]["messages"]] == ["user", "assistant"]
 
 
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+def test_thinking_is_shown_folded(browser, tmp_path):
+    # A template whose generation prompt opens the thinking, as DeepSeek R1's does: the
+    # answer starts inside it, and the budget set on the page ends it.
+    template = tmp_path / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    with serve("--chat-template", str(template), "--slots", "2", "--context", "512") as url:
+        open_page(browser, url, settings={"maxTokens": "40", "thinkingBudget": "8"})
+        # This small model ends its turn right after the thinking: min_tokens makes it
+        # answer too.
+        patch_fetch(browser, {"min_tokens": 24})
+        send(browser, "Is 17 a prime number?")
+        answer = wait_answer(browser, 1)
+        [body] = js(browser, "return window.__bodies")
+        assert body["thinking_token_budget"] == 8
+        details = answer.find_element(By.CSS_SELECTOR, "details.thinking")
+        assert details.get_attribute("open") is None, "the thinking is folded"
+        thought = js(browser, "return arguments[0].querySelector('.thought').textContent", details)
+        assert thought.strip(), "the thinking was shown"
+        text = answer.find_element(By.CLASS_NAME, "body").text
+        assert text.strip() and "think>" not in text and "think>" not in thought
+        details.find_element(By.TAG_NAME, "summary").click()
+        wait(browser, lambda d: details.get_attribute("open") is not None, 5)
+        assert details.find_element(By.CLASS_NAME, "thought").text.strip()
+
+        # Kept with the conversation, folded again after a reload; not sent back.
+        stored = json.loads(js(browser, "return localStorage.getItem('sluice.conversations')"))
+        assert stored[0]["messages"][1]["reasoning"] == thought
+        browser.refresh()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant details.thinking"), 10)
+        again = browser.find_element(By.CSS_SELECTOR, ".msg.assistant details.thinking")
+        assert again.get_attribute("open") is None
+        patch_fetch(browser, {})
+        send(browser, "And 21?")
+        wait_answer(browser, 2)
+        bodies = js(browser, "return window.__bodies")
+        assert all(set(m) == {"role", "content"} for m in bodies[-1]["messages"])
+
+
 def test_api_key_dialog(model, browser):
     with serve("--api-key", "secret-key", "--slots", "2", "--context", "512") as url:
         assert httpx.get(url + "/v1/models").status_code == 401
