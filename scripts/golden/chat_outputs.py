@@ -46,9 +46,7 @@ How it was checked: run with python3 3.11.7 and jinja2 3.1.6 on the two sdists
 b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45;
 llama_cpp_python-0.3.16.tar.gz with sha256
 34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6); its output is
-byte-identical to the committed tests/data/chat-outputs.json (111 cases). The 'about' text
-it writes still says the extraction script was not kept; it is kept verbatim so that the
-output stays byte-identical to the committed file.
+byte-identical to the committed tests/data/chat-outputs.json (111 cases).
 """
 import collections
 import datetime
@@ -921,7 +919,7 @@ def about_text(counts_text):
 
 Fields: format (ids below); output (raw model text, exactly); thinking_open (true when the prompt already opened the think block: for b11434 cases, the generation prompt ends inside an open <think>/[THINK]/<|START_THINKING|>; for old cases, thinking_forced_open); reasoning / content (llama.cpp's expected reasoning_content and content); tool_calls (name, arguments as a JSON object, id only when the format carries one; llama.cpp expects an empty id for the others); partial (true: llama.cpp parses it as an incomplete streamed prefix; kept only where the expectation is a whole message with no truncated arguments); reasoning_format (llama.cpp's setting: 'auto' and 'deepseek' extract reasoning, 'granite' is the old Granite mode, 'none' leaves it in content; cases where 'none' left think tags in the content were dropped); enable_thinking and generation_prompt (b11434 only); tools (names of the tools offered; their schemas are in the top-level 'tools', and qwen3_coder argument typing depends on them); parallel_tool_calls (set when llama.cpp enabled it; calls beyond the first need it); note; also (other tests with the same output and expectation, merged into this case).
 
-Made by a script (not kept) that tokenizes the C++ test files, evaluates the string literals and the expected common_chat_msg values (simple_assist_msg and the message_* constants), maps templates to format ids, and renders generation prompts with jinja2. Skipped: continuation tests (prefilled assistant message), json_schema response-format tests, reasoning_format=none cases that keep think tags in content, reasoning_in_content cases, test_templates calls that do not assert a parse, partial cases with cut-off arguments, and formats not asked for (gpt-oss, functionary, firefunction, generic JSON, DeepSeek V3.1+/V4 DSML, Kimi, GLM, MiniMax, Seed-OSS, Gemma 4, Cohere2MoE, LFM2 and others).
+Made by scripts/golden/chat_outputs.py, which tokenizes the C++ test files, evaluates the string literals and the expected common_chat_msg values (simple_assist_msg and the message_* constants), maps templates to format ids, and renders generation prompts with jinja2. Skipped: continuation tests (prefilled assistant message), json_schema response-format tests, reasoning_format=none cases that keep think tags in content, reasoning_in_content cases, test_templates calls that do not assert a parse, partial cases with cut-off arguments, and formats not asked for (gpt-oss, functionary, firefunction, generic JSON, DeepSeek V3.1+/V4 DSML, Kimi, GLM, MiniMax, Seed-OSS, Gemma 4, Cohere2MoE, LFM2 and others).
 
 Counts: {counts_text}.
 
