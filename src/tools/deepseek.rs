@@ -156,4 +156,3 @@ impl Section for DeepSeek {
         }
     }
 }
-
