@@ -89,6 +89,10 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.api_keys = Arc::new(config.http.api_keys.clone());
     state.cors_origins = Arc::new(config.http.cors_origins.clone());
     state.tool_parser = config.http.tool_parser;
+    state.pooling = config
+        .http
+        .pooling
+        .or_else(|| sluice_engine::Pooling::of_file(&file));
     state.ui = config.http.ui;
     state.admin = admin;
     Ok(state)

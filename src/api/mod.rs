@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod anthropic;
+pub mod embeddings;
 pub mod responses;
 pub mod scoring;
 pub mod structured;

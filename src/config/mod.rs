@@ -174,10 +174,15 @@ pub struct ServeArgs {
     /// A file of API keys, one per line (blank lines and `#` comments ignored).
     #[arg(long, env = "SLUICE_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
-    /// How tool calls are read from the model's output: hermes (also qwen), llama3 or
-    /// mistral. Default: what the chat template shows (hermes when it shows none).
+    /// How tool calls are read from the model's output: hermes (also qwen), llama3,
+    /// mistral, mistral_args, qwen3_coder, granite, deepseek_r1 or command_r7b. Default:
+    /// what the chat template shows (hermes when it shows none).
     #[arg(long, env = "SLUICE_TOOL_CALL_PARSER")]
     pub tool_call_parser: Option<String>,
+    /// How `/v1/embeddings` pools a text's hidden states: mean, cls or last. Default: the
+    /// model file's `pooling_type`; without one, embeddings are refused.
+    #[arg(long, env = "SLUICE_POOLING")]
+    pub pooling: Option<String>,
     /// Origins allowed to call the API from a browser (repeatable; `*` for any). None: no
     /// CORS headers are sent.
     #[arg(
@@ -348,9 +353,23 @@ impl ServeArgs {
                 Some(n) => Some(crate::tools::ToolFormat::named(n).ok_or_else(|| {
                     ConfigError::Invalid {
                         flag: "tool-call-parser",
-                        reason: format!("`{n}`: use hermes, qwen, llama3 or mistral"),
+                        reason: format!(
+                            "`{n}`: use hermes, qwen, llama3, mistral, mistral_args, \
+                             qwen3_coder, granite, deepseek_r1 or command_r7b"
+                        ),
                     }
                 })?),
+            },
+            pooling: match self.pooling.as_deref() {
+                None => None,
+                Some(n) => {
+                    Some(
+                        sluice_engine::Pooling::named(n).ok_or_else(|| ConfigError::Invalid {
+                            flag: "pooling",
+                            reason: format!("`{n}`: use mean, cls or last"),
+                        })?,
+                    )
+                }
             },
             ui: !self.no_ui,
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,

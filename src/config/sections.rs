@@ -35,6 +35,8 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// `--tool-call-parser` (`None`: from the chat template).
     pub tool_parser: Option<crate::tools::ToolFormat>,
+    /// `--pooling` (`None`: the model file's, if any).
+    pub pooling: Option<sluice_engine::Pooling>,
     /// Serve the chat page at `/`.
     pub ui: bool,
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.

@@ -66,6 +66,8 @@ pub struct AppState {
     pub grammars: Option<Arc<Grammars>>,
     /// `--tool-call-parser` (`None`: from the chat template).
     pub tool_parser: Option<crate::tools::ToolFormat>,
+    /// How `/v1/embeddings` pools (`None`: embeddings are refused).
+    pub pooling: Option<sluice_engine::Pooling>,
     /// Serve the chat page at `/` (off with `--no-ui`).
     pub ui: bool,
 }
@@ -88,6 +90,7 @@ impl AppState {
         Self {
             grammars,
             tool_parser: None,
+            pooling: None,
             ui: true,
             http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
@@ -152,6 +155,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{id}", get(openai::models::get_one))
+        .route("/v1/embeddings", post(openai::embeddings::handle))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
         .route("/tokenizer_info", get(openai::tokenize::info))

@@ -20,6 +20,7 @@ use crate::api::*;
         openai::chat::handle,
         openai::models::list,
         openai::models::get_one,
+        openai::embeddings::handle,
         openai::tokenize::tokenize,
         openai::tokenize::detokenize,
         openai::tokenize::info,

@@ -3,6 +3,7 @@
 //! an error that names it (docs/ARCHITECTURE.md, "One way down").
 
 pub mod anthropic;
+pub mod embeddings;
 mod params;
 mod reasoning;
 pub mod responses;

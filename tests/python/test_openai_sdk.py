@@ -92,3 +92,31 @@ def test_errors_raise_sdk_exceptions(client, model):
     assert e.value.body["param"] == "temperature"
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="x")
+
+
+def test_embeddings_through_the_sdk():
+    """`embeddings.create` as the SDK sends it (base64 unless asked for floats)."""
+    import math
+
+    from openai import OpenAI
+
+    from conftest import serve
+
+    with serve("--pooling", "mean", "--slots", "2", "--context", "512") as url:
+        client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        texts = ["The cat sat on the mat.", "A cat was sitting on a mat.", "Stock prices fell."]
+        r = client.embeddings.create(model=client.models.list().data[0].id, input=texts)
+        vecs = [d.embedding for d in r.data]
+        assert [d.index for d in r.data] == [0, 1, 2]
+        assert all(len(v) == 576 and abs(math.fsum(x * x for x in v) - 1) < 1e-4 for v in vecs)
+        dot = lambda a, b: math.fsum(x * y for x, y in zip(a, b))  # noqa: E731
+        # The two sentences about a cat are closer to each other than to the third.
+        assert dot(vecs[0], vecs[1]) > dot(vecs[0], vecs[2])
+        assert r.usage.prompt_tokens == r.usage.total_tokens > 0
+        floats = client.embeddings.create(model=r.model, input=texts[0], encoding_format="float")
+        assert max(abs(a - b) for a, b in zip(floats.data[0].embedding, vecs[0])) < 1e-6
+        short = client.embeddings.create(model=r.model, input=texts[0], dimensions=32)
+        assert len(short.data[0].embedding) == 32
+        with pytest.raises(openai.BadRequestError) as e:
+            client.embeddings.create(model=r.model, input="")
+        assert e.value.body["param"] == "input"

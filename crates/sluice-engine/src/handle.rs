@@ -9,6 +9,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::EngineConfig;
+use crate::embed::{EmbedJob, Pooling};
 use crate::error::SubmitError;
 use crate::metrics::Metrics;
 use crate::model::Model;
@@ -204,6 +205,46 @@ impl EngineHandle {
             shared: s.clone(),
             tokens: len,
         })
+    }
+
+    /// The pooled, unit-length embedding of each input (token ids), computed on the engine
+    /// thread between steps (docs/ARCHITECTURE.md, "Embeddings").
+    pub async fn embed(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        pooling: Pooling,
+    ) -> Result<Vec<Vec<f32>>, SubmitError> {
+        let context = self.config.context;
+        if inputs.is_empty() || inputs.iter().any(Vec::is_empty) {
+            return Err(SubmitError::Empty);
+        }
+        if let Some(long) = inputs.iter().find(|i| i.len() > context) {
+            return Err(SubmitError::TooLong {
+                prompt: long.len(),
+                max_tokens: 0,
+                context,
+            });
+        }
+        if !self.is_alive() {
+            return Err(SubmitError::EngineDown);
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let job = EmbedJob {
+            inputs,
+            pooling,
+            reply,
+        };
+        match self.tx.try_send(Command::Embed(job)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(SubmitError::QueueFull(self.config.max_queued));
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(SubmitError::EngineDown),
+        }
+        match rx.await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) | Err(_) => Err(SubmitError::EngineDown),
+        }
     }
 
     /// Requests waiting for a slot.

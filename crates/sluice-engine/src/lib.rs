@@ -24,6 +24,7 @@ mod cache;
 pub mod checkpoint;
 mod config;
 mod constraint;
+mod embed;
 mod error;
 mod failpoint;
 mod gguf;
@@ -49,6 +50,7 @@ mod worker;
 
 pub use config::EngineConfig;
 pub use constraint::{Constraint, GrammarSpec, Grammars, json_layout};
+pub use embed::Pooling;
 pub use error::{EngineError, ModelError, SubmitError, TokenizerError};
 pub use failpoint::check as check_failpoint;
 pub use gguf::GgufFile;

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::embed::EmbedJob;
 use crate::error::EngineError;
 use crate::reload::Swap;
 use crate::request::{Event, ValidRequest};
@@ -17,6 +18,7 @@ use crate::request::{Event, ValidRequest};
 pub(crate) enum Command {
     Submit(Box<Queued>),
     Swap(Swap),
+    Embed(EmbedJob),
 }
 
 /// A request between submission and admission.

@@ -108,7 +108,23 @@ impl Model for Decoder {
     ) {
         // The pass runs on the calling thread; its parallel regions (matmuls, attention,
         // activations) share out their tasks with `sluice_kernels::threads`' helpers.
-        self.forward_rows(kv, rows, want, logits)
+        let last = self.hidden_rows(kv, rows, want);
+        let m = want.len();
+        if m == 0 || last.is_empty() {
+            logits.clear();
+            return;
+        }
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        // Every element is overwritten: the old contents of a reused buffer need no zeroing.
+        logits.resize(m * head.rows, 0.0);
+        head.matmul(&last, m, logits);
+        if let Some(cap) = self.final_softcap {
+            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
+    }
+
+    fn hidden_into(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize], out: &mut Vec<f32>) {
+        *out = self.hidden_rows(kv, rows, want);
     }
 }
 
@@ -136,13 +152,8 @@ fn residual(x: &mut [f32], y: &[f32], norm: Option<&RmsNorm>, h: &mut [f32], dim
 }
 
 impl Decoder {
-    fn forward_rows(
-        &self,
-        kv: &mut KvSlab,
-        rows: &[TokenRow],
-        want: &[usize],
-        logits: &mut Vec<f32>,
-    ) {
+    /// The rows through every layer, then the output norm of the rows in `want`.
+    fn hidden_rows(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
         let n = rows.len();
         let dim = self.embed.cols;
         let mut x = vec![0f32; n * dim];
@@ -157,8 +168,7 @@ impl Decoder {
         let mut h = vec![0f32; n * dim];
         let mut mlp_out = vec![0f32; n * dim];
         let (Some(first), true) = (self.layers.first(), n > 0) else {
-            logits.clear();
-            return;
+            return Vec::new();
         };
         let mut attn = first.attn.scratch(n);
         let mut mlp = first.mlp.scratch(n);
@@ -195,12 +205,6 @@ impl Decoder {
                 &mut last[j * dim..(j + 1) * dim],
             );
         }
-        let head = self.head.as_ref().unwrap_or(&self.embed);
-        // Every element is overwritten: the old contents of a reused buffer need no zeroing.
-        logits.resize(m * head.rows, 0.0);
-        head.matmul(&last, m, logits);
-        if let Some(cap) = self.final_softcap {
-            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
-        }
+        last
     }
 }

@@ -69,6 +69,14 @@ pub trait Model: Send + Sync {
         logits: &mut Vec<f32>,
     );
 
+    /// As `forward_into`, but puts the final hidden states (after the output norm, before
+    /// the head) of the rows in `want` into `out`, `want.len() x dim`: what embeddings pool.
+    /// A model that has none (a test double) leaves `out` empty.
+    fn hidden_into(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize], out: &mut Vec<f32>) {
+        let _ = (kv, rows, want);
+        out.clear();
+    }
+
     /// `forward_into` a new buffer.
     fn forward(&self, kv: &mut KvSlab, rows: &[TokenRow], want: &[usize]) -> Vec<f32> {
         let mut logits = Vec::new();

@@ -42,6 +42,8 @@ pub(crate) struct Worker {
     cache: Rc<RefCell<KvCache>>,
     pool: SlotPool,
     queue: VecDeque<Queued>,
+    /// Embedding requests, run one between steps.
+    embeds: VecDeque<crate::embed::EmbedJob>,
     running: Vec<Sequence>,
     seed_counter: u64,
     metrics: Arc<Metrics>,
@@ -101,6 +103,7 @@ impl Worker {
             shared,
             cache,
             queue: VecDeque::new(),
+            embeds: VecDeque::new(),
             running: Vec::new(),
             seed_counter,
             metrics,
@@ -110,7 +113,11 @@ impl Worker {
     /// Runs until every handle is dropped.
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
         loop {
-            if self.queue.is_empty() && self.running.is_empty() && self.pending.is_none() {
+            if self.queue.is_empty()
+                && self.running.is_empty()
+                && self.pending.is_none()
+                && self.embeds.is_empty()
+            {
                 match rx.recv() {
                     Ok(cmd) => self.handle(cmd),
                     Err(_) => return,
@@ -134,6 +141,21 @@ impl Worker {
                 self.admit();
             }
             self.step();
+            // One embedding request between steps: streams wait for it no longer than
+            // for one prefill.
+            if let Some(job) = self.embeds.pop_front()
+                && !job.reply.is_closed()
+            {
+                let tokens: usize = job.inputs.iter().map(Vec::len).sum();
+                let vectors = crate::embed::embed(
+                    self.model.as_ref(),
+                    &job.inputs,
+                    job.pooling,
+                    self.config.max_batch_tokens,
+                );
+                self.metrics.prompt_tokens_total.inc_by(tokens as u64);
+                let _ = job.reply.send(Ok(vectors));
+            }
             self.publish();
         }
     }
@@ -154,6 +176,7 @@ impl Worker {
                 self.pending = Some(swap);
             }
             Command::Swap(_) => {}
+            Command::Embed(job) => self.embeds.push_back(job),
         }
     }
 

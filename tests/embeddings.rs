@@ -1,0 +1,187 @@
+//! `/v1/embeddings`: the default model with mean pooling against llama.cpp's server on the
+//! same file (`--embeddings --pooling mean`), a tiny Qwen 3 folder with last-token pooling
+//! (the Qwen3-Embedding recipe) against transformers (`tests/data/embeddings.json`, made by
+//! `scripts/golden/embeddings.py`), the wire shapes (base64, `dimensions`, token-id
+//! inputs, usage), and bad requests.
+
+mod common;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+fn data() -> Value {
+    let p = common::data_dir().join("embeddings.json");
+    serde_json::from_str(&std::fs::read_to_string(p).expect("embeddings.json")).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+async fn post(url: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn mean_pooling_matches_llama_cpp() {
+    let d = &data()["llamacpp"];
+    assert_eq!(
+        common::sha256(&common::model_path()),
+        d["model_sha256"].as_str().unwrap(),
+        "the reference was made on another file"
+    );
+    let s = common::Spawned::ready(&["serve", "--pooling", "mean"], &[]).await;
+    let url = format!("{}/v1/embeddings", s.base);
+    // Texts are tokenised as llama.cpp tokenised them.
+    for (t, want) in d["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(d["tokens"].as_array().unwrap())
+    {
+        let tok = common::post_json(&format!("{}/tokenize", s.base), &json!({"prompt": t})).await;
+        assert_eq!(&tok["tokens"], want, "{t}");
+    }
+    let (status, r) = post(&url, &json!({"input": d["texts"]})).await;
+    assert_eq!(status, 200, "{r}");
+    let want = d["vectors"].as_array().unwrap();
+    assert_eq!(r["data"].as_array().unwrap().len(), want.len());
+    let mut worst = 1.0f64;
+    for (i, w) in want.iter().enumerate() {
+        let got = &r["data"][i];
+        assert_eq!(got["index"], i);
+        assert_eq!(got["object"], "embedding");
+        let v = floats(&got["embedding"]);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit length: {norm}");
+        worst = worst.min(cosine(&v, &floats(w)));
+    }
+    println!("worst cosine with llama.cpp: {worst:.6}");
+    assert!(worst >= 0.999, "worst cosine {worst}");
+    let tokens: usize = d["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_array().unwrap().len())
+        .sum();
+    assert_eq!(r["usage"]["prompt_tokens"], tokens);
+
+    // The same inputs as token ids, one at a time, give the same vectors.
+    let (_, one) = post(&url, &json!({"input": d["tokens"][2]})).await;
+    let a = floats(&one["data"][0]["embedding"]);
+    let b = floats(&r["data"][2]["embedding"]);
+    assert!(cosine(&a, &b) > 0.99999, "batched and alone agree");
+
+    // base64, as the official SDK asks: little-endian f32.
+    let (_, b64) = post(
+        &url,
+        &json!({"input": "Paris is the capital of France.",
+                                      "encoding_format": "base64"}),
+    )
+    .await;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64["data"][0]["embedding"].as_str().unwrap())
+        .unwrap();
+    let decoded: Vec<f64> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+        .collect();
+    assert!(cosine(&decoded, &floats(&r["data"][4]["embedding"])) > 0.99999);
+
+    // dimensions: the first 64, back to unit length.
+    let (_, short) = post(&url, &json!({"input": d["texts"][0], "dimensions": 64})).await;
+    let v = floats(&short["data"][0]["embedding"]);
+    assert_eq!(v.len(), 64);
+    let full = floats(&r["data"][0]["embedding"]);
+    assert!(cosine(&v, &full[..64]) > 0.99999);
+    assert!((v.iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-4);
+}
+
+#[tokio::test]
+async fn last_token_pooling_matches_transformers() {
+    let d = &data()["transformers"];
+    let dir = common::golden_write("hf_families.py", "embeddings-hf");
+    let folder = dir.join("qwen3");
+    let s = common::Spawned::ready(
+        &["serve", "--pooling", "last", "--quantize", "none"],
+        &[("SLUICE_MODEL", folder.to_str().unwrap())],
+    )
+    .await;
+    let url = format!("{}/v1/embeddings", s.base);
+    let (status, r) = post(&url, &json!({"input": d["ids"]})).await;
+    assert_eq!(status, 200, "{r}");
+    for (i, w) in d["vectors"].as_array().unwrap().iter().enumerate() {
+        let got = floats(&r["data"][i]["embedding"]);
+        let want = floats(w);
+        let max = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        println!(
+            "input {i}: max |delta| {max:.2e}, cosine {:.8}",
+            cosine(&got, &want)
+        );
+        assert!(cosine(&got, &want) > 0.99999 && max < 1e-3, "input {i}");
+    }
+}
+
+#[tokio::test]
+async fn bad_embedding_requests_are_refused_by_field() {
+    let plain = common::Spawned::ready(&["serve", "--context", "64"], &[]).await;
+    let (status, r) = post(
+        &format!("{}/v1/embeddings", plain.base),
+        &json!({"input": "hi"}),
+    )
+    .await;
+    assert_eq!(
+        (status, r["error"]["param"].as_str()),
+        (400, Some("model")),
+        "{r}"
+    );
+
+    let s = common::Spawned::ready(&["serve", "--pooling", "mean", "--context", "64"], &[]).await;
+    let url = format!("{}/v1/embeddings", s.base);
+    let long = "word ".repeat(200);
+    for (body, param) in [
+        (json!({"input": []}), "input"),
+        (json!({"input": ""}), "input"),
+        (json!({"input": ["ok", ""]}), "input"),
+        (json!({"input": long}), "input"),
+        (json!({"input": [[1, 2, 99999999]]}), "input"),
+        (json!({"input": "hi", "dimensions": 0}), "dimensions"),
+        (json!({"input": "hi", "dimensions": 100000}), "dimensions"),
+        (
+            json!({"input": "hi", "encoding_format": "hex"}),
+            "encoding_format",
+        ),
+    ] {
+        let (status, r) = post(&url, &body).await;
+        assert_eq!(status, 400, "{body}: {r}");
+        assert_eq!(r["error"]["param"], param, "{body}: {r}");
+        assert_eq!(r["error"]["type"], "invalid_request_error");
+    }
+    let (status, r) = post(&url, &json!({"input": "hi", "model": "nope"})).await;
+    assert_eq!(status, 404, "{r}");
+    // The server still answers.
+    let (status, _) = post(&url, &json!({"input": "hi"})).await;
+    assert_eq!(status, 200);
+}
