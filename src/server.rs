@@ -89,6 +89,13 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.api_keys = Arc::new(config.http.api_keys.clone());
     state.cors_origins = Arc::new(config.http.cors_origins.clone());
     state.tool_parser = config.http.tool_parser;
+    state.rerank = match config.http.rerank {
+        false => None,
+        true => match (state.tokenizer.id("yes"), state.tokenizer.id("no")) {
+            (Some(yes), Some(no)) => Some((yes, no)),
+            _ => anyhow::bail!("--rerank: the vocabulary has no `yes` and `no` tokens"),
+        },
+    };
     state.pooling = config
         .http
         .pooling

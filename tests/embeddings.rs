@@ -2,7 +2,8 @@
 //! same file (`--embeddings --pooling mean`), a tiny Qwen 3 folder with last-token pooling
 //! (the Qwen3-Embedding recipe) against transformers (`tests/data/embeddings.json`, made by
 //! `scripts/golden/embeddings.py`), the wire shapes (base64, `dimensions`, token-id
-//! inputs, usage), and bad requests.
+//! inputs, usage), and bad requests; and `/v1/rerank` with the Qwen3-Reranker recipe
+//! against transformers (`tests/data/rerank.json`, made by `scripts/golden/rerank.py`).
 
 mod common;
 
@@ -184,4 +185,104 @@ async fn bad_embedding_requests_are_refused_by_field() {
     // The server still answers.
     let (status, _) = post(&url, &json!({"input": "hi"})).await;
     assert_eq!(status, 200);
+}
+
+/// The Qwen3-Reranker recipe on the default model against transformers on the same file
+/// (dequantised to f32; `tests/data/rerank.json`, made by `scripts/golden/rerank.py`): the
+/// same prompt ids, P(yes) within 0.01 of transformers' (sluice's matmuls quantise their
+/// activations), results best first.
+#[tokio::test]
+async fn rerank_matches_transformers() {
+    let p = common::data_dir().join("rerank.json");
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_eq!(
+        common::sha256(&common::model_path()),
+        d["model_sha256"].as_str().unwrap()
+    );
+    let s = common::Spawned::ready(&["serve", "--rerank"], &[]).await;
+    let (query, instruction) = (
+        d["query"].as_str().unwrap(),
+        d["instruction"].as_str().unwrap(),
+    );
+    for (doc, ids) in d["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(d["ids"].as_array().unwrap())
+    {
+        let text = sluice::http::openai::rerank::prompt(instruction, query, doc.as_str().unwrap());
+        let tok =
+            common::post_json(&format!("{}/tokenize", s.base), &json!({"prompt": text})).await;
+        assert_eq!(
+            &tok["tokens"], ids,
+            "the prompt is tokenised as transformers tokenised it"
+        );
+    }
+    let url = format!("{}/v1/rerank", s.base);
+    let (status, r) = post(&url, &json!({"query": query, "documents": d["documents"]})).await;
+    assert_eq!(status, 200, "{r}");
+    let want = floats(&d["scores"]);
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), want.len());
+    let mut got = vec![f64::NAN; want.len()];
+    for (k, x) in results.iter().enumerate() {
+        let i = x["index"].as_u64().unwrap() as usize;
+        got[i] = x["relevance_score"].as_f64().unwrap();
+        assert_eq!(x["document"]["text"], d["documents"][i]);
+        if k > 0 {
+            assert!(results[k - 1]["relevance_score"].as_f64() >= x["relevance_score"].as_f64());
+        }
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        println!("document {i}: sluice {g:.5}, transformers {w:.5}");
+        assert!((g - w).abs() <= 0.01, "document {i}: {g} against {w}");
+    }
+    // Documents transformers tells apart by more than twice the allowance come in its order.
+    for i in 0..want.len() {
+        for j in 0..want.len() {
+            if want[i] > want[j] + 0.02 {
+                assert!(got[i] > got[j], "documents {i} and {j}");
+            }
+        }
+    }
+    let (_, top) = post(
+        &url,
+        &json!({"query": query, "documents": d["documents"], "top_n": 2,
+                                      "return_documents": false}),
+    )
+    .await;
+    let top = top["results"].as_array().unwrap();
+    assert_eq!(top.len(), 2);
+    assert_eq!(top[0]["index"], results[0]["index"]);
+    assert!(top[0].get("document").is_none());
+    for (body, param) in [
+        (json!({"query": query, "documents": []}), "documents"),
+        (json!({"query": "", "documents": ["a"]}), "query"),
+        (
+            json!({"query": query, "documents": ["a"], "top_n": 0}),
+            "top_n",
+        ),
+    ] {
+        let (status, r) = post(&url, &body).await;
+        assert_eq!(
+            (status, r["error"]["param"].as_str()),
+            (400, Some(param)),
+            "{body}: {r}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rerank_needs_the_flag() {
+    let s = common::Spawned::ready(&["serve"], &[]).await;
+    let (status, r) = post(
+        &format!("{}/v1/rerank", s.base),
+        &json!({"query": "q", "documents": ["d"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, r["error"]["param"].as_str()),
+        (400, Some("model")),
+        "{r}"
+    );
 }

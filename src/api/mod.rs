@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod anthropic;
 pub mod embeddings;
+pub mod rerank;
 pub mod responses;
 pub mod scoring;
 pub mod structured;

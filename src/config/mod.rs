@@ -183,6 +183,10 @@ pub struct ServeArgs {
     /// model file's `pooling_type`; without one, embeddings are refused.
     #[arg(long, env = "SLUICE_POOLING")]
     pub pooling: Option<String>,
+    /// Serve `/v1/rerank` with the model as a yes/no reranker (the Qwen3-Reranker recipe);
+    /// its vocabulary must have `yes` and `no` as tokens.
+    #[arg(long, env = "SLUICE_RERANK")]
+    pub rerank: bool,
     /// Origins allowed to call the API from a browser (repeatable; `*` for any). None: no
     /// CORS headers are sent.
     #[arg(
@@ -360,6 +364,7 @@ impl ServeArgs {
                     }
                 })?),
             },
+            rerank: self.rerank,
             pooling: match self.pooling.as_deref() {
                 None => None,
                 Some(n) => {

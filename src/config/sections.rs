@@ -37,6 +37,8 @@ pub struct HttpConfig {
     pub tool_parser: Option<crate::tools::ToolFormat>,
     /// `--pooling` (`None`: the model file's, if any).
     pub pooling: Option<sluice_engine::Pooling>,
+    /// `--rerank`.
+    pub rerank: bool,
     /// Serve the chat page at `/`.
     pub ui: bool,
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.

@@ -68,6 +68,8 @@ pub struct AppState {
     pub tool_parser: Option<crate::tools::ToolFormat>,
     /// How `/v1/embeddings` pools (`None`: embeddings are refused).
     pub pooling: Option<sluice_engine::Pooling>,
+    /// The ids of `yes` and `no` when the model is served as a reranker (`--rerank`).
+    pub rerank: Option<(u32, u32)>,
     /// Serve the chat page at `/` (off with `--no-ui`).
     pub ui: bool,
 }
@@ -91,6 +93,7 @@ impl AppState {
             grammars,
             tool_parser: None,
             pooling: None,
+            rerank: None,
             ui: true,
             http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
@@ -156,6 +159,8 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{id}", get(openai::models::get_one))
         .route("/v1/embeddings", post(openai::embeddings::handle))
+        .route("/v1/rerank", post(openai::rerank::handle))
+        .route("/rerank", post(openai::rerank::handle))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
         .route("/tokenizer_info", get(openai::tokenize::info))

@@ -21,6 +21,7 @@ use crate::api::*;
         openai::models::list,
         openai::models::get_one,
         openai::embeddings::handle,
+        openai::rerank::handle,
         openai::tokenize::tokenize,
         openai::tokenize::detokenize,
         openai::tokenize::info,

@@ -1,7 +1,8 @@
-//! Embeddings (docs/ARCHITECTURE.md, "Embeddings"): each input runs through the model as a
-//! prefill in a scratch slab (no keys or values kept, no slot taken), on the engine thread
-//! between steps, and its final hidden states (after the output norm) are pooled into one
-//! vector of unit length.
+//! Embeddings and scores (docs/ARCHITECTURE.md, "Embeddings"): each input runs through the
+//! model as a prefill in a scratch slab (no keys or values kept, no slot taken), on the
+//! engine thread between steps; its final hidden states (after the output norm) are pooled
+//! into one vector of unit length, or its last position's logits of some tokens are read
+//! (a reranker's yes/no answer).
 
 use tokio::sync::oneshot;
 
@@ -54,21 +55,34 @@ impl Pooling {
     }
 }
 
-/// An embedding request on its way to the engine thread.
+/// What a job reads out of each input.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Readout {
+    /// The pooled, unit-length hidden state.
+    Pool(Pooling),
+    /// The last position's logits of these tokens.
+    Logits(Vec<u32>),
+}
+
+/// An embedding or scoring request on its way to the engine thread.
 pub(crate) struct EmbedJob {
     pub inputs: Vec<Vec<u32>>,
-    pub pooling: Pooling,
+    pub readout: Readout,
     pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>,
 }
 
-/// The pooled, unit-length vector of each input, running at most `budget` token rows per
-/// forward pass (a longer input runs in several, in order).
+/// What `readout` asks of each input, running at most `budget` token rows per forward
+/// pass (a longer input runs in several, in order).
 pub(crate) fn embed(
     model: &dyn Model,
     inputs: &[Vec<u32>],
-    pooling: Pooling,
+    readout: &Readout,
     budget: usize,
 ) -> Vec<Vec<f32>> {
+    let pooling = match readout {
+        Readout::Pool(p) => *p,
+        Readout::Logits(ids) => return logits(model, inputs, ids, budget),
+    };
     let s = model.shape().clone();
     let budget = budget.max(1);
     let mut out = Vec::with_capacity(inputs.len());
@@ -130,6 +144,45 @@ pub(crate) fn embed(
             out.push(v.into_iter().map(|x| (x * scale) as f32).collect());
         }
         start = end;
+    }
+    out
+}
+
+/// The last position's logits of `ids`, for each input, each input in its own scratch
+/// slab (in passes of at most `budget` rows).
+fn logits(model: &dyn Model, inputs: &[Vec<u32>], ids: &[u32], budget: usize) -> Vec<Vec<f32>> {
+    let s = model.shape().clone();
+    let mut out = Vec::with_capacity(inputs.len());
+    let mut buf = Vec::new();
+    for input in inputs {
+        let mut kv =
+            KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, input.len().max(1));
+        let rows: Vec<TokenRow> = input
+            .iter()
+            .enumerate()
+            .map(|(pos, &token)| TokenRow {
+                token,
+                slot: 0,
+                pos,
+            })
+            .collect();
+        let mut picked = vec![f32::NAN; ids.len()];
+        for chunk in rows.chunks(budget.max(1)) {
+            let last = chunk.last().is_some_and(|r| r.pos + 1 == input.len());
+            let want: Vec<usize> = if last {
+                vec![chunk.len() - 1]
+            } else {
+                Vec::new()
+            };
+            model.forward_into(&mut kv, chunk, &want, &mut buf);
+            if last && buf.len() >= s.vocab {
+                picked = ids
+                    .iter()
+                    .map(|&t| buf.get(t as usize).copied().unwrap_or(f32::NAN))
+                    .collect();
+            }
+        }
+        out.push(picked);
     }
     out
 }

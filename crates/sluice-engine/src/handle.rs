@@ -9,7 +9,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::EngineConfig;
-use crate::embed::{EmbedJob, Pooling};
+use crate::embed::{EmbedJob, Pooling, Readout};
 use crate::error::SubmitError;
 use crate::metrics::Metrics;
 use crate::model::Model;
@@ -214,6 +214,24 @@ impl EngineHandle {
         inputs: Vec<Vec<u32>>,
         pooling: Pooling,
     ) -> Result<Vec<Vec<f32>>, SubmitError> {
+        self.readout(inputs, Readout::Pool(pooling)).await
+    }
+
+    /// The logits of `ids` at the last position of each input (token ids), computed as
+    /// `embed` computes embeddings: a reranker's answer.
+    pub async fn last_logits(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        ids: Vec<u32>,
+    ) -> Result<Vec<Vec<f32>>, SubmitError> {
+        self.readout(inputs, Readout::Logits(ids)).await
+    }
+
+    async fn readout(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        readout: Readout,
+    ) -> Result<Vec<Vec<f32>>, SubmitError> {
         let context = self.config.context;
         if inputs.is_empty() || inputs.iter().any(Vec::is_empty) {
             return Err(SubmitError::Empty);
@@ -231,7 +249,7 @@ impl EngineHandle {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let job = EmbedJob {
             inputs,
-            pooling,
+            readout,
             reply,
         };
         match self.tx.try_send(Command::Embed(job)) {

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod models;
+pub mod rerank;
 mod stream;
 pub mod tokenize;
 

@@ -150,7 +150,7 @@ impl Worker {
                 let vectors = crate::embed::embed(
                     self.model.as_ref(),
                     &job.inputs,
-                    job.pooling,
+                    &job.readout,
                     self.config.max_batch_tokens,
                 );
                 self.metrics.prompt_tokens_total.inc_by(tokens as u64);
