@@ -89,6 +89,7 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.api_keys = Arc::new(config.http.api_keys.clone());
     state.cors_origins = Arc::new(config.http.cors_origins.clone());
     state.tool_parser = config.http.tool_parser;
+    state.model_bytes = bytes_of(&config.model.path);
     state.rerank = match config.http.rerank {
         false => None,
         true => match (state.tokenizer.id("yes"), state.tokenizer.id("no")) {
@@ -103,6 +104,19 @@ fn start(config: &Config) -> anyhow::Result<AppState> {
     state.ui = config.http.ui;
     state.admin = admin;
     Ok(state)
+}
+
+/// Bytes of a model file, or of the files of a folder (0 if unreadable).
+fn bytes_of(path: &Path) -> u64 {
+    match std::fs::read_dir(path) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum(),
+        Err(_) => std::fs::metadata(path).map_or(0, |m| m.len()),
+    }
 }
 
 /// Loads the draft model at `path` and checks that it speaks the model's vocabulary (the

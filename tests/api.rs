@@ -225,6 +225,10 @@ async fn models_tokenize_and_detokenize() {
     assert_eq!(id, "SmolLM2-135M-Instruct.Q4_1");
     let one: Value = common::get_json(&format!("{base}/v1/models/{id}")).await;
     assert_eq!(one["id"], id);
+    assert_eq!(one["status"], "loaded");
+    let bytes = std::fs::metadata(common::model_path()).unwrap().len();
+    assert_eq!(one["size"], bytes);
+    assert_eq!(one["capabilities"], json!(["completion", "chat", "tools"]));
     let (status, t) = post("/tokenize", json!({"prompt": "The capital of France is"})).await;
     assert_eq!(status, 200);
     assert_eq!(t["tokens"], json!([504, 3575, 282, 4649, 314]));

@@ -50,6 +50,11 @@ async fn mean_pooling_matches_llama_cpp() {
         "the reference was made on another file"
     );
     let s = common::Spawned::ready(&["serve", "--pooling", "mean"], &[]).await;
+    let models = common::get_json(&format!("{}/v1/models", s.base)).await;
+    assert_eq!(
+        models["data"][0]["capabilities"],
+        json!(["completion", "chat", "tools", "embeddings"])
+    );
     let url = format!("{}/v1/embeddings", s.base);
     // Texts are tokenised as llama.cpp tokenised them.
     for (t, want) in d["texts"]
@@ -200,6 +205,11 @@ async fn rerank_matches_transformers() {
         d["model_sha256"].as_str().unwrap()
     );
     let s = common::Spawned::ready(&["serve", "--rerank"], &[]).await;
+    let models = common::get_json(&format!("{}/v1/models", s.base)).await;
+    assert_eq!(
+        models["data"][0]["capabilities"],
+        json!(["completion", "chat", "tools", "rerank"])
+    );
     let (query, instruction) = (
         d["query"].as_str().unwrap(),
         d["instruction"].as_str().unwrap(),

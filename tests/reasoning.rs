@@ -76,6 +76,11 @@ fn no_markers(s: &str) {
 #[tokio::test]
 async fn thinking_is_split_out_budgeted_and_counted() {
     let s = server().await;
+    let models = common::get_json(&format!("{}/v1/models", s.base)).await;
+    assert_eq!(
+        models["data"][0]["capabilities"],
+        json!(["completion", "chat", "tools", "reasoning"])
+    );
     let url = format!("{}/v1/chat/completions", s.base);
     // The closing marker's length in this vocabulary.
     let tok = common::post_json(

@@ -428,6 +428,13 @@ pub struct ModelCard {
     pub owned_by: &'static str,
     /// Context length per sequence.
     pub max_model_len: usize,
+    /// `loaded` (this server loads its model before it is ready).
+    pub status: &'static str,
+    /// Bytes of the model's file or folder.
+    pub size: u64,
+    /// What it serves: `completion`, `chat`, `tools`, `reasoning` (its chat template
+    /// thinks), `embeddings` (with a pooling), `rerank` (with `--rerank`).
+    pub capabilities: Vec<&'static str>,
 }
 
 /// `GET /v1/models`.

@@ -70,6 +70,8 @@ pub struct AppState {
     pub pooling: Option<sluice_engine::Pooling>,
     /// The ids of `yes` and `no` when the model is served as a reranker (`--rerank`).
     pub rerank: Option<(u32, u32)>,
+    /// Bytes of the model's file or folder (`/v1/models`).
+    pub model_bytes: u64,
     /// Serve the chat page at `/` (off with `--no-ui`).
     pub ui: bool,
 }
@@ -94,6 +96,7 @@ impl AppState {
             tool_parser: None,
             pooling: None,
             rerank: None,
+            model_bytes: 0,
             ui: true,
             http_metrics: HttpMetrics::register(engine.metrics()),
             engine,

@@ -7,6 +7,27 @@ use crate::api::{ErrorResponse, ModelCard, ModelList};
 use crate::error::ApiError;
 use crate::http::AppState;
 
+/// What the served model can do.
+fn capabilities(s: &AppState) -> Vec<&'static str> {
+    let mut out = vec!["completion"];
+    if let Some(t) = &s.tokenizer.chat_template {
+        out.push("chat");
+        if s.grammars.is_some() {
+            out.push("tools");
+        }
+        if crate::reasoning::ReasoningFormat::of_template(&t.source).is_some() {
+            out.push("reasoning");
+        }
+    }
+    if s.pooling.is_some() {
+        out.push("embeddings");
+    }
+    if s.rerank.is_some() {
+        out.push("rerank");
+    }
+    out
+}
+
 fn card(s: &AppState) -> ModelCard {
     ModelCard {
         id: s.model_name.to_string(),
@@ -14,6 +35,9 @@ fn card(s: &AppState) -> ModelCard {
         created: s.started,
         owned_by: "sluice",
         max_model_len: s.limits.context,
+        status: "loaded",
+        size: s.model_bytes,
+        capabilities: capabilities(s),
     }
 }
 
