@@ -75,6 +75,30 @@ fn prompt_logprobs_as(dir: &Path, prompt: &[u32], quantize: Quantize) -> Vec<Vec
         .collect()
 }
 
+/// Where the model at `path` is furthest from transformers' `runs` on `prompts`, if that
+/// is past the allowance: |sluice - transformers| - 0.002 |transformers| <= 0.02 nats at
+/// every position.
+fn past_allowance(family: &str, path: &Path, runs: &Value, prompts: &[Vec<u32>]) -> Option<String> {
+    let mut worst = (0.0f64, 0usize, 0usize);
+    for (k, prompt) in prompts.iter().enumerate() {
+        let got = prompt_logprobs(path, prompt);
+        let want = runs[k]["next"].as_array().unwrap();
+        for (i, w) in want.iter().enumerate() {
+            let w = w.as_f64().unwrap();
+            let excess = (got[i][prompt[i + 1] as usize] - w).abs() - 0.002 * w.abs();
+            if excess > worst.0 {
+                worst = (excess, k, i);
+            }
+        }
+    }
+    (worst.0 > 0.02).then(|| {
+        format!(
+            "{family}: prompt {} position {} is off by {:.4} nats past the allowance",
+            worst.1, worst.2, worst.0
+        )
+    })
+}
+
 #[test]
 fn every_family_folder_matches_transformers() {
     let (r, prompts) = (reference(), prompts());
@@ -86,25 +110,7 @@ fn every_family_folder_matches_transformers() {
             m["sha256"].as_str().unwrap(),
             "{family}: the written weights differ from those transformers ran"
         );
-        let mut worst = (0.0f64, 0usize, 0usize);
-        for (k, prompt) in prompts.iter().enumerate() {
-            let got = prompt_logprobs(&dir, prompt);
-            let want = m["runs"][k]["next"].as_array().unwrap();
-            for (i, w) in want.iter().enumerate() {
-                let w = w.as_f64().unwrap();
-                let g = got[i][prompt[i + 1] as usize];
-                let excess = (g - w).abs() - 0.002 * w.abs();
-                if excess > worst.0 {
-                    worst = (excess, k, i);
-                }
-            }
-        }
-        if worst.0 > 0.02 {
-            failures.push(format!(
-                "{family}: prompt {} position {} is off by {:.4} nats past the allowance",
-                worst.1, worst.2, worst.0
-            ));
-        }
+        failures.extend(past_allowance(family, &dir, &m["runs"], &prompts));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -141,24 +147,7 @@ fn converted_gguf_files_match_transformers() {
             Some(as_converted) => &as_converted["runs"],
             None => &m["runs"],
         };
-        let mut worst = (0.0f64, 0usize, 0usize);
-        for (k, prompt) in prompts.iter().enumerate() {
-            let got = prompt_logprobs(&file, prompt);
-            let want = runs[k]["next"].as_array().unwrap();
-            for (i, w) in want.iter().enumerate() {
-                let w = w.as_f64().unwrap();
-                let excess = (got[i][prompt[i + 1] as usize] - w).abs() - 0.002 * w.abs();
-                if excess > worst.0 {
-                    worst = (excess, k, i);
-                }
-            }
-        }
-        if worst.0 > 0.02 {
-            failures.push(format!(
-                "{family}: prompt {} position {} is off by {:.4} nats past the allowance",
-                worst.1, worst.2, worst.0
-            ));
-        }
+        failures.extend(past_allowance(family, &file, runs, &prompts));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

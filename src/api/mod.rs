@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod anthropic;
 pub mod embeddings;
+pub mod models;
 pub mod rerank;
 pub mod responses;
 pub mod scoring;
@@ -12,6 +13,7 @@ pub mod structured;
 pub mod tokens;
 pub mod tools;
 
+pub use models::{ModelCard, ModelList};
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -413,37 +415,6 @@ pub struct ChatChunk {
     /// Totals, on the final usage chunk only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
-}
-
-/// A model in `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
-pub struct ModelCard {
-    /// Model id.
-    pub id: String,
-    /// `model`.
-    pub object: &'static str,
-    /// Unix seconds the server started.
-    pub created: u64,
-    /// `sluice`.
-    pub owned_by: &'static str,
-    /// Context length per sequence.
-    pub max_model_len: usize,
-    /// `loaded` (this server loads its model before it is ready).
-    pub status: &'static str,
-    /// Bytes of the model's file or folder.
-    pub size: u64,
-    /// What it serves: `completion`, `chat`, `tools`, `reasoning` (its chat template
-    /// thinks), `embeddings` (with a pooling), `rerank` (with `--rerank`).
-    pub capabilities: Vec<&'static str>,
-}
-
-/// `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, PartialEq, ToSchema)]
-pub struct ModelList {
-    /// `list`.
-    pub object: &'static str,
-    /// The served model.
-    pub data: Vec<ModelCard>,
 }
 
 /// The detail of an error.

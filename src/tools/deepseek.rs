@@ -1,7 +1,7 @@
 //! DeepSeek R1's calls (and its distills').
 
 use super::scan::{Seen, literal, space, value};
-use super::sections::{Found, Known, Section, Step, stream_args};
+use super::sections::{Found, Known, Section, Step, give_up, stream_args};
 
 /// DeepSeek R1: `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
 /// <｜tool▁sep｜>name` newline, the arguments in a ```` ```json ```` fence,
@@ -37,11 +37,7 @@ impl DeepSeek {
     }
 
     fn stop(&mut self) -> Step {
-        if self.any {
-            Step::Done(std::mem::take(&mut self.buf))
-        } else {
-            Step::Invalid
-        }
+        give_up(self.any, &mut self.buf)
     }
 }
 

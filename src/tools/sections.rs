@@ -79,6 +79,16 @@ pub(super) fn stream_args(
     }
 }
 
+/// A reader that meets text it cannot read: before any call its section is content
+/// (`Invalid`), after one what is left of `buf` is (`Done`).
+pub(super) fn give_up(any: bool, buf: &mut String) -> Step {
+    if any {
+        Step::Done(std::mem::take(buf))
+    } else {
+        Step::Invalid
+    }
+}
+
 /// Where a JSON call section stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum J {
@@ -125,13 +135,8 @@ impl JsonCalls {
         }
     }
 
-    /// Gives up: before any call the section is content, after one what is left is.
     fn stop(&mut self) -> Step {
-        if self.any {
-            Step::Done(std::mem::take(&mut self.buf))
-        } else {
-            Step::Invalid
-        }
+        give_up(self.any, &mut self.buf)
     }
 
     fn eat(&mut self, n: usize) {

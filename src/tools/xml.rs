@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::scan::{Seen, literal, space};
-use super::sections::{Found, Known, Section, Step};
+use super::sections::{Found, Known, Section, Step, give_up};
 
 const FUNCTION: &str = "<function=";
 const PARAMETER: &str = "<parameter=";
@@ -51,11 +51,7 @@ impl QwenXml {
     }
 
     fn stop(&mut self) -> Step {
-        if self.any {
-            Step::Done(std::mem::take(&mut self.buf))
-        } else {
-            Step::Invalid
-        }
+        give_up(self.any, &mut self.buf)
     }
 
     /// `<tag=NAME>` at the start of the buffer: `Ok(Some(name))`, `Ok(None)` for more text.
