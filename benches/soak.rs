@@ -291,8 +291,8 @@ fn main() {
     args.max_queued_requests = 64;
     args.admin_token = Some(ADMIN.into());
     let config = args.config().expect("a valid configuration");
-    let model = config.model.name.clone();
-    let path = config.model.path.display().to_string();
+    let model = config.model().name.clone();
+    let path = config.model().path.display().to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -38,6 +38,18 @@ pub enum HttpError {
     /// The model is still loading.
     #[error("the model is still loading; retry shortly")]
     Loading,
+    /// A model asked for failed to load (it stays failed until the server restarts).
+    #[error("model `{model}` could not be loaded: {error}")]
+    ModelFailed {
+        /// The model's id.
+        model: String,
+        /// Why.
+        error: String,
+    },
+    /// A model asked for could not be loaded in time (every loaded model stayed busy, or
+    /// loading took longer than the request timeout).
+    #[error("model `{0}` could not be loaded within the request timeout: {1}")]
+    ModelWait(String, &'static str),
     /// Not ready, for the reason given.
     #[error("not ready: {0}")]
     NotReady(&'static str),
@@ -201,6 +213,10 @@ impl ApiError {
                 HttpError::Loading | HttpError::NotReady(_) | HttpError::Draining => {
                     row(S::SERVICE_UNAVAILABLE, "unavailable", None)
                 }
+                HttpError::ModelFailed { .. } => {
+                    row(S::INTERNAL_SERVER_ERROR, "model_load_failed", Some("model"))
+                }
+                HttpError::ModelWait(..) => row(S::SERVICE_UNAVAILABLE, "model_loading", None),
                 HttpError::Panicked | HttpError::Internal(_) => {
                     row(S::INTERNAL_SERVER_ERROR, "internal_error", None)
                 }

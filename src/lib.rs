@@ -18,7 +18,8 @@ mod server;
 pub mod tools;
 pub mod validation;
 
-pub use server::{load_model, run, run_with};
+pub use http::models::load_model;
+pub use server::{run, run_with};
 /// The engine crate, re-exported.
 pub use sluice_engine as engine;
 /// The tokenizer, re-exported from the engine.

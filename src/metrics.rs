@@ -1,8 +1,9 @@
-//! The HTTP layer's metrics, registered beside the engine's in one registry (rendered
-//! at `GET /metrics`).
+//! The HTTP layer's metrics, in the server's own registry (rendered at `GET /metrics`
+//! beside every model's engine metrics).
 
+use prometheus::Registry;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
-use sluice_engine::{LATENCY, Metrics};
+use sluice_engine::LATENCY;
 
 /// HTTP requests by route and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "sluice_http_requests_total";
@@ -19,9 +20,8 @@ pub struct HttpMetrics {
 }
 
 impl HttpMetrics {
-    /// Registers the HTTP metrics in the engine's registry.
-    pub fn register(engine: &Metrics) -> Self {
-        let r = engine.registry();
+    /// Registers the HTTP metrics in `r`.
+    pub fn register(r: &Registry) -> Self {
         let requests = IntCounterVec::new(
             Opts::new(HTTP_REQUESTS_TOTAL, "HTTP requests by route and status."),
             &["route", "status"],
@@ -36,7 +36,6 @@ impl HttpMetrics {
             &["route", "status"],
         )
         .expect("a valid histogram definition");
-        // Registered once per engine registry (a second server state is a second engine).
         let _ = r.register(Box::new(requests.clone()));
         let _ = r.register(Box::new(duration.clone()));
         Self { requests, duration }

@@ -1,148 +1,42 @@
 //! The one way to serve: `run(listener, config, shutdown)`. It listens at once, loads the
-//! model in the background (`/health` 200 and `/ready` 503 meanwhile), then serves. On
+//! models loaded at start in the background (`/health` 200 and `/ready` 503 meanwhile),
+//! then serves. On
 //! shutdown it drains: `/ready` turns 503, new generation requests get 503, in-flight
 //! ones finish until the engine signals it is idle or `--shutdown-grace` runs out; then
 //! open streams get an error chunk and every connection is closed within a second
 //! (docs/ARCHITECTURE.md, "Start-up and shutdown").
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sluice_engine::checkpoint::{self, Signature};
-use sluice_engine::{EngineHandle, LoadOptions, Loaded, Metrics, warm_up};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::config::Config;
 use crate::error::{ApiError, HttpError};
-use crate::http::{self, AppState};
+use crate::http::models::Models;
+use crate::http::{self, AppState, Common, ServerState};
 
 /// How long connections may stay open after the grace period before they are dropped.
 const CLOSE_AFTER_GRACE: Duration = Duration::from_millis(500);
 
-/// Loads a model file: the same call, and so the same error, for `sluice serve` and
-/// `sluice generate`.
-pub fn load_model(path: &Path, options: &LoadOptions) -> anyhow::Result<Loaded> {
-    sluice_engine::load(path, options).with_context(|| {
-        let hint = if path == crate::config::default_model_path() {
-            " (run scripts/fetch-model to fetch the default model)"
-        } else {
-            ""
-        };
-        format!("loading {}{hint}", path.display())
-    })
-}
-
-/// Loads the model, starts the engine and builds the handlers' state.
-fn start(config: &Config) -> anyhow::Result<AppState> {
-    let Loaded {
-        model,
-        tokenizer,
-        file,
-    } = load_model(&config.model.path, &config.model.load)?;
-    let mut config = config.clone();
-    config.fit_to_model(model.shape().train_context);
-    let config = &config;
-    tracing::info!(
-        context = config.engine.context,
-        kv_cache_tokens = config.engine.kv_tokens(),
-        slots = config.engine.slots,
-        "KV pool"
-    );
-    warm_up(&*model);
-    let draft = match &config.model.draft {
-        Some(path) => Some(load_draft(path, &config.model.load, &*model, &tokenizer)?),
-        None => None,
-    };
-    let tokenizer = Arc::new(tokenizer);
-    let metrics = Arc::new(Metrics::new(config.engine.slots, &config.model.name));
-    let admin = match &config.admin {
-        Some(a) => {
-            let current = checkpoint::describe(&config.model.path, &config.engine.weights_version)
-                .with_context(|| format!("reading {}", config.model.path.display()))?;
-            let signature = Signature::of(&file, config.model.load.quantize)?;
-            Some(Arc::new(http::admin::Admin::new(
-                a.token.clone(),
-                &a.reload_dirs,
-                current,
-                signature,
-            )))
-        }
-        None => None,
-    };
-    let engine = EngineHandle::start_with_draft(
-        model,
-        draft,
-        tokenizer.clone(),
-        config.engine.clone(),
-        metrics,
-    );
-    let mut state = AppState::new(engine, tokenizer, &config.model.name, config.limits.clone());
-    state.api_keys = Arc::new(config.http.api_keys.clone());
-    state.cors_origins = Arc::new(config.http.cors_origins.clone());
-    state.tool_parser = config.http.tool_parser;
-    state.model_bytes = bytes_of(&config.model.path);
-    state.rerank = match config.http.rerank {
-        false => None,
-        true => match (state.tokenizer.id("yes"), state.tokenizer.id("no")) {
-            (Some(yes), Some(no)) => Some((yes, no)),
-            _ => anyhow::bail!("--rerank: the vocabulary has no `yes` and `no` tokens"),
-        },
-    };
-    state.pooling = config
-        .http
-        .pooling
-        .or_else(|| sluice_engine::Pooling::of_file(&file));
-    state.ui = config.http.ui;
-    state.admin = admin;
-    Ok(state)
-}
-
-/// Bytes of a model file, or of the files of a folder (0 if unreadable).
-fn bytes_of(path: &Path) -> u64 {
-    match std::fs::read_dir(path) {
-        Ok(entries) => entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
-            .sum(),
-        Err(_) => std::fs::metadata(path).map_or(0, |m| m.len()),
+/// The router's state: what all routes share, and the models, none loaded yet.
+fn server_state(config: &Config) -> ServerState {
+    let mut common = Common::new();
+    common.api_keys = Arc::new(config.http.api_keys.clone());
+    common.cors_origins = Arc::new(config.http.cors_origins.clone());
+    common.admin_token = config.admin.as_ref().map(|a| a.token.as_str().into());
+    common.ui = config.http.ui;
+    ServerState {
+        models: Arc::new(Models::new(config, common.clone())),
+        common,
     }
-}
-
-/// Loads the draft model at `path` and checks that it speaks the model's vocabulary (the
-/// same tokens, byte for byte, in the same order): its drafts are token ids.
-fn load_draft(
-    path: &Path,
-    options: &LoadOptions,
-    model: &dyn sluice_engine::Model,
-    tokenizer: &sluice_engine::tokenizer::Tokenizer,
-) -> anyhow::Result<Box<dyn sluice_engine::Model>> {
-    let options = LoadOptions {
-        quantize: options.quantize,
-        ..Default::default()
-    };
-    let draft = load_model(path, &options).context("--draft-model")?;
-    let (ours, theirs) = (model.shape().vocab, draft.model.shape().vocab);
-    if ours != theirs || tokenizer.token_bytes() != draft.tokenizer.token_bytes() {
-        anyhow::bail!(
-            "--draft-model {}: its vocabulary ({theirs} tokens) is not the model's ({ours} \
-             tokens): a draft model must share the model's tokenizer",
-            path.display()
-        );
-    }
-    tracing::info!(path = %path.display(), "draft model");
-    warm_up(&*draft.model);
-    Ok(draft.model)
 }
 
 /// What the server answers before the model is loaded.
@@ -164,8 +58,8 @@ pub async fn run(
     run_with(listener, config, shutdown, |_| {}).await
 }
 
-/// As [`run`], calling `on_ready` with the handlers' state once the model is loaded and
-/// warm (tests use it to watch the engine).
+/// As [`run`], calling `on_ready` with the default model's state once the models loaded
+/// at start are loaded and warm (tests use it to watch the engine).
 pub async fn run_with(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -180,7 +74,7 @@ pub async fn run_with(
     if let Some(t) = &tls {
         t.watch();
     }
-    let app: Arc<OnceLock<(Router, AppState)>> = Arc::new(OnceLock::new());
+    let app: Arc<OnceLock<(Router, ServerState)>> = Arc::new(OnceLock::new());
     let gate = {
         let app = app.clone();
         Router::new().fallback(move |req: Request| {
@@ -197,12 +91,17 @@ pub async fn run_with(
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
     {
         let (app, failure, config) = (app.clone(), failure.clone(), config.clone());
-        tokio::task::spawn_blocking(move || match start(&config) {
-            Ok(state) => {
-                tracing::info!(model = %config.model.name, "model loaded and warm, ready");
-                let router = http::router(state.clone(), config.http.max_body_bytes);
-                let _ = app.set((router, state.clone()));
-                on_ready(&state);
+        let server = server_state(&config);
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || match server.models.preload() {
+            Ok(()) => {
+                tracing::info!(model = %config.model().name, "ready");
+                runtime.spawn(server.models.clone().unload_idle());
+                let router = http::router(server.clone(), config.http.max_body_bytes);
+                let _ = app.set((router, server.clone()));
+                if let Some(state) = server.models.default_loaded() {
+                    on_ready(&state);
+                }
             }
             Err(e) => {
                 tracing::error!(error = format!("{e:#}"), "the model could not be loaded");
@@ -228,7 +127,7 @@ pub async fn run_with(
         state.draining.store(true, Ordering::SeqCst);
         tracing::info!(grace_s = grace.as_secs_f64(), "draining");
         tokio::select! {
-            _ = state.engine.idle() => tracing::info!("drained"),
+            _ = state.models.idle_all() => tracing::info!("drained"),
             _ = tokio::time::sleep_until(end) => {
                 tracing::warn!("grace period over: ending the requests still open");
                 state.deadline.send_replace(true);

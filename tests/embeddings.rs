@@ -3,11 +3,13 @@
 //! (the Qwen3-Embedding recipe) against transformers (`tests/data/embeddings.json`, made by
 //! `scripts/golden/embeddings.py`), the wire shapes (base64, `dimensions`, token-id
 //! inputs, usage), and bad requests; and `/v1/rerank` with the Qwen3-Reranker recipe
-//! against transformers (`tests/data/rerank.json`, made by `scripts/golden/rerank.py`).
+//! against transformers (`tests/data/rerank.json`, made by `scripts/golden/rerank.py`), by
+//! the yes/no answer and by a classification head holding the same recipe.
 
 mod common;
 
 use base64::Engine as _;
+use candle_core::Tensor;
 use serde_json::{Value, json};
 
 fn data() -> Value {
@@ -295,4 +297,171 @@ async fn rerank_needs_the_flag() {
         (400, Some("model")),
         "{r}"
     );
+}
+
+/// A copy of the default model with a classification head, as llama.cpp's converter writes
+/// a Qwen3-Reranker: `cls.output.weight` holds rows of the output head, the pooling type is
+/// rank, and the prompt is `tokenizer.chat_template.rerank`. `rows` makes the head from
+/// the `yes` and `no` rows; `dense` puts a `cls.weight` layer before it.
+fn head_file(
+    name: &str,
+    rows: impl Fn(&Tensor, &Tensor) -> Tensor,
+    labels: bool,
+    dense: Option<f32>,
+) -> std::path::PathBuf {
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    let d = rerank_data();
+    let cpu = candle_core::Device::Cpu;
+    let mut r = std::fs::File::open(common::model_path()).unwrap();
+    let content = gguf_file::Content::read(&mut r).unwrap();
+    let mut tensors: Vec<(String, QTensor)> = content
+        .tensor_infos
+        .keys()
+        .map(|n| (n.clone(), content.tensor(&mut r, n, &cpu).unwrap()))
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let head = if content.tensor_infos.contains_key("output.weight") {
+        "output.weight"
+    } else {
+        "token_embd.weight"
+    };
+    let w = content
+        .tensor(&mut r, head, &cpu)
+        .unwrap()
+        .dequantize(&cpu)
+        .unwrap();
+    let row = |key: &str| w.get(d[key].as_u64().unwrap() as usize).unwrap();
+    let mut out = rows(&row("yes"), &row("no"));
+    let hidden = w.dim(1).unwrap();
+    if let Some(scale) = dense {
+        // tanh(scale·h), then the head divided by scale: nearly the head alone.
+        let eye =
+            (Tensor::eye(hidden, candle_core::DType::F32, &cpu).unwrap() * scale as f64).unwrap();
+        let zero = Tensor::zeros(hidden, candle_core::DType::F32, &cpu).unwrap();
+        tensors.push((
+            "cls.weight".into(),
+            QTensor::quantize(&eye, GgmlDType::F32).unwrap(),
+        ));
+        tensors.push((
+            "cls.bias".into(),
+            QTensor::quantize(&zero, GgmlDType::F32).unwrap(),
+        ));
+        out = (out / scale as f64).unwrap();
+    }
+    tensors.push((
+        "cls.output.weight".into(),
+        QTensor::quantize(&out, GgmlDType::F32).unwrap(),
+    ));
+    let arch = content.metadata["general.architecture"]
+        .to_string()
+        .unwrap()
+        .clone();
+    let mut meta: Vec<(String, gguf_file::Value)> = content.metadata.clone().into_iter().collect();
+    meta.push((format!("{arch}.pooling_type"), gguf_file::Value::U32(4)));
+    if labels {
+        meta.push((
+            format!("{arch}.classifier.output_labels"),
+            gguf_file::Value::Array(vec![
+                gguf_file::Value::String("yes".into()),
+                gguf_file::Value::String("no".into()),
+            ]),
+        ));
+    }
+    let template = sluice::http::openai::rerank::prompt(
+        d["instruction"].as_str().unwrap(),
+        "{query}",
+        "{document}",
+    );
+    meta.push((
+        "tokenizer.chat_template.rerank".into(),
+        gguf_file::Value::String(template),
+    ));
+    meta.sort_by(|a, b| a.0.cmp(&b.0));
+    let p = common::scratch("embeddings").join(format!("{name}.gguf"));
+    let mut f = std::fs::File::create(&p).unwrap();
+    let meta: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    gguf_file::write(&mut f, &meta, &tensors).unwrap();
+    p
+}
+
+fn rerank_data() -> Value {
+    let p = common::data_dir().join("rerank.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// A reranker by classification head, served without `--rerank`: two labels (`yes`, `no`:
+/// a softmax, as llama.cpp converts Qwen3-Reranker), and one label (`yes` minus `no`: a
+/// sigmoid) behind a dense tanh layer. Both hold the recipe of `rerank.json`, so each
+/// document's score is transformers' P(yes) there: within 0.015 (0.0104 at most on these
+/// documents; the head is f32, where the yes/no answer's output head multiplies int8
+/// activations, so the two readouts of the same hidden state differ by up to 0.012), and
+/// the two files within 0.001 of each other.
+#[tokio::test]
+async fn a_classification_head_reranks_as_transformers_scores() {
+    let d = rerank_data();
+    assert_eq!(
+        common::sha256(&common::model_path()),
+        d["model_sha256"].as_str().unwrap()
+    );
+    let want = floats(&d["scores"]);
+    let files = [
+        head_file(
+            "two-labels",
+            |y, n| Tensor::stack(&[y, n], 0).unwrap(),
+            true,
+            None,
+        ),
+        head_file(
+            "one-label-dense",
+            |y, n| (y - n).unwrap().unsqueeze(0).unwrap(),
+            false,
+            Some(1e-3),
+        ),
+    ];
+    let mut first: Option<Vec<f64>> = None;
+    for file in files {
+        let s = common::Spawned::ready(&["serve", "--model", file.to_str().unwrap()], &[]).await;
+        let models = common::get_json(&format!("{}/v1/models", s.base)).await;
+        let caps = models["data"][0]["capabilities"].as_array().unwrap();
+        assert!(caps.contains(&json!("rerank")), "{models}");
+        let (status, r) = post(
+            &format!("{}/v1/rerank", s.base),
+            &json!({"query": d["query"], "documents": d["documents"]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{}: {r}", file.display());
+        assert_eq!(
+            r["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+            d["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_array().unwrap().len())
+                .sum::<usize>(),
+            "the file's template makes the prompts transformers scored"
+        );
+        let mut got = vec![f64::NAN; want.len()];
+        for x in r["results"].as_array().unwrap() {
+            got[x["index"].as_u64().unwrap() as usize] = x["relevance_score"].as_f64().unwrap();
+        }
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            println!(
+                "{}: document {i}: sluice {g:.5}, transformers {w:.5}",
+                file.display()
+            );
+            assert!((g - w).abs() <= 0.015, "document {i}: {g} against {w}");
+        }
+        match &first {
+            None => first = Some(got),
+            Some(f) => {
+                for (i, (a, b)) in f.iter().zip(&got).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-3,
+                        "document {i}: the files give {a} and {b}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -42,7 +42,7 @@ fn greedy_runs_are_close_to_the_reference_alone_and_batched() {
 
 #[tokio::test]
 async fn served_chat_never_shows_the_end_of_turn_and_token_prompts_are_taken_as_given() {
-    let base = common::server_with(|a| a.model = Some(gemma()));
+    let base = common::server_with(|a| a.model = vec![gemma().display().to_string()]);
     let post = |path: &str, body: Value| {
         let url = format!("{base}{path}");
         async move { common::post_json(&url, &body).await }

@@ -70,6 +70,9 @@ pub struct ReloadRequest {
     pub mode: Mode,
     /// Label for the new weights (default `v<N>`), reported as `system_fingerprint`.
     pub version: Option<String>,
+    /// Which model's weights to replace (default: the server's first model); it is
+    /// loaded first if it is not.
+    pub model: Option<String>,
 }
 
 /// Result of a reload.
@@ -93,6 +96,8 @@ pub struct ReloadResponse {
 /// Body of `GET /admin/weights`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WeightsInfo {
+    /// The model.
+    pub model: String,
     /// The weights in use.
     pub current: CheckpointInfo,
     /// The weights they replaced, if any.

@@ -107,7 +107,7 @@ pub struct OutputConfig {
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"max_tokens": 64, "messages": [{"role": "user", "content": "Hello"}]}))]
 pub struct MessagesRequest {
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     pub model: Option<String>,
     /// Tokens to generate at most (required).
     pub max_tokens: i64,
@@ -154,7 +154,7 @@ pub struct ThinkingConfig {
 /// `POST /v1/messages/count_tokens`: the fields of a request that make its prompt.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct CountTokensRequest {
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     pub model: Option<String>,
     /// The conversation.
     pub messages: Vec<InMessage>,

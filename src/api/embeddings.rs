@@ -23,7 +23,7 @@ pub enum EmbeddingInput {
 pub struct EmbeddingRequest {
     /// What to embed (at most 2,048 inputs, each within the context).
     pub input: EmbeddingInput,
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     pub model: Option<String>,
     /// `float` (default) or `base64` (little-endian f32, as the official SDK asks for).
     pub encoding_format: Option<String>,

@@ -13,7 +13,7 @@ pub mod structured;
 pub mod tokens;
 pub mod tools;
 
-pub use models::{ModelCard, ModelList};
+pub use models::{ModelCard, ModelList, ModelQuery};
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,7 @@ pub struct StreamOptions {
 /// Sampling and stopping fields common to completions and chat.
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct CommonParams {
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     #[schema(example = "SmolLM2-135M-Instruct.Q4_1")]
     pub model: Option<String>,
     /// Tokens to generate at most.

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"query": "What is the capital of France?", "documents": ["Paris is the capital of France.", "Berlin is in Germany."]}))]
 pub struct RerankRequest {
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     pub model: Option<String>,
     /// What the documents are judged against.
     pub query: String,
@@ -34,7 +34,8 @@ pub struct RerankDocument {
 pub struct RerankResult {
     /// The document's position in the request.
     pub index: usize,
-    /// P(yes) of the reranker's yes/no answer, in [0, 1].
+    /// A probability in [0, 1]: P(yes) of a yes/no reranker's answer, or of its
+    /// classification head's `yes` label (a sigmoid of a single output).
     pub relevance_score: f64,
     /// The document, unless `return_documents` is false.
     #[serde(skip_serializing_if = "Option::is_none")]

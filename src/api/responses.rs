@@ -110,7 +110,7 @@ pub struct TextConfig {
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"input": "Name three colours.", "max_output_tokens": 32}))]
 pub struct ResponsesRequest {
-    /// Model id; must be the served model when given.
+    /// Model id (default: the server's first model).
     pub model: Option<String>,
     /// The conversation.
     pub input: ResponsesInput,

@@ -34,7 +34,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("listening on {addr}: {e}"))?;
         let scheme = if config.http.tls.is_some() { "https" } else { "http" };
-        tracing::info!(model = %config.model.name, address = %listener.local_addr()?, scheme, "listening; loading the model");
+        tracing::info!(model = %config.model().name, address = %listener.local_addr()?, scheme, "listening; loading the model");
         sluice::run(listener, config, shutdown_signal()).await
     })
 }

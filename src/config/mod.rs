@@ -10,10 +10,12 @@ use sluice_engine::EngineConfig;
 use crate::validation::Limits;
 
 mod checks;
+mod models;
 mod sections;
 pub use checks::{ConfigError, quantize};
 use checks::{at_least_100ms, int, seconds};
-pub use sections::{AdminConfig, Auto, Config, HttpConfig, ModelConfig};
+pub use models::id_of;
+pub use sections::{AdminConfig, Auto, Config, ConnLimits, HttpConfig, ModelConfig, TlsFiles};
 
 /// File name of the default model fetched by `scripts/fetch-model`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -34,10 +36,24 @@ pub fn default_model_path() -> PathBuf {
 /// checks every value once and makes the [`Config`] the server runs on.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// GGUF model file or Hugging Face folder (default: the SmolLM2-135M-Instruct fetched
-    /// by scripts/fetch-model).
+    /// GGUF model file or Hugging Face folder, as `PATH` or `ID=PATH` (repeatable: the
+    /// first is the default model; all are loaded at start). Default: the
+    /// SmolLM2-135M-Instruct fetched by scripts/fetch-model.
     #[arg(long, env = "SLUICE_MODEL")]
-    pub model: Option<PathBuf>,
+    pub model: Vec<String>,
+    /// A directory whose GGUF files and Hugging Face folders are offered too, each loaded
+    /// on the first request that names it (its id: the file name without `.gguf`, or the
+    /// folder's name).
+    #[arg(long, env = "SLUICE_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Most models loaded at once (0: no limit); loading one more first unloads the least
+    /// recently used model that has no request in flight.
+    #[arg(long, env = "SLUICE_MAX_LOADED_MODELS", default_value_t = 0)]
+    pub max_loaded_models: usize,
+    /// Seconds a model may go without requests before it is unloaded (0: never). The
+    /// default model is unloaded too, and loaded again by the next request for it.
+    #[arg(long, env = "SLUICE_MODEL_IDLE_UNLOAD", default_value_t = 0.0)]
+    pub model_idle_unload: f64,
     /// What a Hugging Face folder's weight matrices are quantised to at load time:
     /// q8_0, q4_0, q4_k or none.
     #[arg(long, env = "SLUICE_QUANTIZE", default_value = "q8_0")]
@@ -55,7 +71,8 @@ pub struct ServeArgs {
     /// Port to listen on.
     #[arg(long, env = "SLUICE_PORT", default_value_t = 8080)]
     pub port: u16,
-    /// Model id clients use (default: the model file's name without `.gguf`).
+    /// Id clients use for the first `--model` given without one (default: the model
+    /// file's name without `.gguf`).
     #[arg(long, env = "SLUICE_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
     /// Most sequences running at once (each holds a block table of the KV pool).
@@ -184,7 +201,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_POOLING")]
     pub pooling: Option<String>,
     /// Serve `/v1/rerank` with the model as a yes/no reranker (the Qwen3-Reranker recipe);
-    /// its vocabulary must have `yes` and `no` as tokens.
+    /// its vocabulary must have `yes` and `no` as tokens. A file with a classification
+    /// head is served as a reranker without it.
     #[arg(long, env = "SLUICE_RERANK")]
     pub rerank: bool,
     /// Origins allowed to call the API from a browser (repeatable; `*` for any). None: no
@@ -223,6 +241,11 @@ const DEFAULT_CONTEXT: usize = 2048;
 const MAX_GRACE_S: f64 = 86_400.0;
 
 impl Config {
+    /// The default model: the one requests that name none are served by.
+    pub fn model(&self) -> &ModelConfig {
+        &self.models[0]
+    }
+
     /// Sets what follows the model: without `--context`, the longest sequence is the
     /// model's trained context, at most the pool's positions; limits left at 0 follow it.
     pub fn fit_to_model(&mut self, train_context: usize) {
@@ -246,23 +269,6 @@ impl Config {
     }
 }
 impl ServeArgs {
-    /// The model file to load.
-    pub fn model_path(&self) -> PathBuf {
-        self.model.clone().unwrap_or_else(default_model_path)
-    }
-
-    /// The id clients use for the model.
-    pub fn model_name(&self) -> String {
-        self.served_model_name.clone().unwrap_or_else(|| {
-            let p = self.model_path();
-            let name = p
-                .file_name()
-                .map(|s| s.to_string_lossy().to_string())
-                .unwrap_or_default();
-            name.strip_suffix(".gguf").unwrap_or(&name).to_string()
-        })
-    }
-
     /// Checks every value and builds the configuration.
     pub fn config(&self) -> Result<Config, ConfigError> {
         const BIG: usize = 1 << 30;
@@ -378,27 +384,41 @@ impl ServeArgs {
             },
             ui: !self.no_ui,
             shutdown_grace: seconds("shutdown-grace", self.shutdown_grace, MAX_GRACE_S)?,
-            conn: crate::http::conn::ConnLimits {
+            conn: ConnLimits {
                 max_connections: int("max-connections", self.max_connections, 1, 1 << 20)?,
                 header_timeout: at_least_100ms("header-read-timeout", self.header_read_timeout)?,
                 body_timeout: at_least_100ms("body-read-timeout", self.body_read_timeout)?,
                 idle_timeout: at_least_100ms("idle-timeout", self.idle_timeout)?,
             },
             tls: match (&self.tls_cert_file, &self.tls_key_file) {
-                (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
+                (Some(cert), Some(key)) => Some(TlsFiles {
                     cert: cert.clone(),
                     key: key.clone(),
                 }),
                 _ => None,
             },
         };
+        let models = self.models(&ModelConfig {
+            path: PathBuf::new(),
+            load: sluice_engine::LoadOptions {
+                tokenizer: self.tokenizer.clone(),
+                chat_template: self.chat_template.clone(),
+                quantize: quantize(&self.quantize)?,
+            },
+            name: String::new(),
+            draft: self
+                .draft_model
+                .clone()
+                .filter(|_| self.speculative != "off"),
+            preload: true,
+        })?;
         let admin = self
             .admin_token
             .clone()
             .filter(|t| !t.is_empty())
             .map(|token| AdminConfig {
                 token,
-                reload_dirs: self.reload_roots(),
+                reload_dirs: self.reload_roots(&models),
             });
         Ok(Config {
             auto: Auto {
@@ -406,18 +426,12 @@ impl ServeArgs {
                 max_prompt_tokens: self.max_prompt_tokens == 0,
                 max_new_tokens: self.max_new_tokens == 0,
             },
-            model: ModelConfig {
-                path: self.model_path(),
-                load: sluice_engine::LoadOptions {
-                    tokenizer: self.tokenizer.clone(),
-                    chat_template: self.chat_template.clone(),
-                    quantize: quantize(&self.quantize)?,
-                },
-                name: self.model_name(),
-                draft: self
-                    .draft_model
-                    .clone()
-                    .filter(|_| self.speculative != "off"),
+            models,
+            max_loaded: self.max_loaded_models,
+            idle_unload: match seconds("model-idle-unload", self.model_idle_unload, MAX_TIMEOUT_S)?
+            {
+                d if d.is_zero() => None,
+                d => Some(d),
             },
             engine,
             limits,
@@ -427,18 +441,25 @@ impl ServeArgs {
         })
     }
 
-    /// Directories reloads may read: `--reload-dir`, else the model file's directory.
-    fn reload_roots(&self) -> Vec<PathBuf> {
+    /// Directories reloads may read: `--reload-dir`, else the directories of the models'
+    /// files.
+    fn reload_roots(&self, models: &[ModelConfig]) -> Vec<PathBuf> {
         if !self.reload_dirs.is_empty() {
             return self.reload_dirs.clone();
         }
-        let model = self.model_path();
-        let dir = model.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        vec![if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        }]
+        let mut roots: Vec<PathBuf> = Vec::new();
+        for m in models {
+            let dir = m.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+            let dir = if dir.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                dir
+            };
+            if !roots.contains(&dir) {
+                roots.push(dir);
+            }
+        }
+        roots
     }
 
     /// Every configured API key: `--api-key` and the lines of `--api-key-file`.

@@ -18,8 +18,10 @@ pub struct ModelConfig {
     /// The id clients use.
     pub name: String,
     /// A second, smaller model with the same vocabulary that drafts tokens for speculative
-    /// decoding (`--draft-model`).
+    /// decoding (`--draft-model`, the default model's only).
     pub draft: Option<PathBuf>,
+    /// Loaded at start (each `--model`, and the default model), not on first request.
+    pub preload: bool,
 }
 
 /// The HTTP server.
@@ -44,9 +46,9 @@ pub struct HttpConfig {
     /// After SIGTERM/SIGINT: how long in-flight requests may take before they are ended.
     pub shutdown_grace: Duration,
     /// Connection limits.
-    pub conn: crate::http::conn::ConnLimits,
+    pub conn: ConnLimits,
     /// HTTPS certificate and key (`None`: plain HTTP).
-    pub tls: Option<crate::http::tls::TlsFiles>,
+    pub tls: Option<TlsFiles>,
 }
 
 /// The admin API (present only with a token).
@@ -74,8 +76,12 @@ pub struct Auto {
 pub struct Config {
     /// What `fit_to_model` sets.
     pub auto: Auto,
-    /// The model.
-    pub model: ModelConfig,
+    /// The models offered, the default one first.
+    pub models: Vec<ModelConfig>,
+    /// Most models loaded at once (0: no limit).
+    pub max_loaded: usize,
+    /// How long a model may go without requests before it is unloaded.
+    pub idle_unload: Option<Duration>,
     /// The engine.
     pub engine: EngineConfig,
     /// Request limits (validation).
@@ -86,4 +92,27 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Log format: `text` or `json`.
     pub log_format: String,
+}
+
+/// Bounds on connections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnLimits {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time to send a request's headers, from the connection's start or the request's
+    /// first byte.
+    pub header_timeout: Duration,
+    /// Time to send a request's body once its headers are in.
+    pub body_timeout: Duration,
+    /// Time a kept-alive connection may stay idle between requests.
+    pub idle_timeout: Duration,
+}
+
+/// The certificate chain and key files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsFiles {
+    /// PEM certificate chain, the server's own certificate first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }

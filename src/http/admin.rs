@@ -1,28 +1,29 @@
 //! The admin API: `POST /admin/reload` swaps in new weights without a restart,
 //! `GET /admin/weights` describes the weights in use (docs/ARCHITECTURE.md, "Weight
 //! reload"). Mounted only when an admin token is configured; every request needs
-//! `Authorization: Bearer <token>`.
+//! `Authorization: Bearer <token>`. Each model has its own record; a request names its
+//! model (`model` in the body, `?model=` on `GET`), the default model when it does not.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
 use sluice_engine::checkpoint::{self, Checkpoint, CheckpointError, ResolveError, Signature};
 use tracing::{info, warn};
 
-use super::AppState;
 use super::auth::{bearer, same};
 use super::json::Json;
+use super::{AppState, ServerState};
+use crate::api::ModelQuery;
 use crate::api::admin::{ReloadRequest, ReloadResponse, WeightsInfo};
 use crate::error::{ApiError, HttpError, ReloadError};
 
-/// Admin configuration and the record of loaded checkpoints.
+/// One model's reload directories and record of loaded checkpoints.
 pub struct Admin {
-    token: String,
     roots: Vec<PathBuf>,
     busy: Arc<tokio::sync::Mutex<()>>,
     record: Mutex<Record>,
@@ -37,15 +38,9 @@ struct Record {
 
 impl Admin {
     /// `roots` are the directories reload paths must resolve into.
-    pub fn new(
-        token: String,
-        roots: &[PathBuf],
-        current: Checkpoint,
-        signature: Signature,
-    ) -> Self {
+    pub fn new(roots: &[PathBuf], current: Checkpoint, signature: Signature) -> Self {
         let roots = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
         Self {
-            token,
             roots,
             busy: Arc::new(tokio::sync::Mutex::new(())),
             record: Mutex::new(Record {
@@ -59,19 +54,23 @@ impl Admin {
 }
 
 /// The admin routes, behind the bearer-token check.
-pub fn routes(state: AppState) -> Router<AppState> {
+pub fn routes(state: ServerState) -> Router<ServerState> {
     Router::new()
         .route("/admin/reload", post(reload))
         .route("/admin/weights", get(weights))
         .route_layer(axum::middleware::from_fn_with_state(state, auth))
 }
 
-async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    let admin = s
-        .admin
+async fn auth(
+    State(s): State<ServerState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let token = s
+        .admin_token
         .as_ref()
         .ok_or_else(|| HttpError::RouteNotFound(req.uri().path().to_string()))?;
-    if !same(bearer(&req).as_bytes(), admin.token.as_bytes()) {
+    if !same(bearer(&req).as_bytes(), token.as_bytes()) {
         return Err(HttpError::Unauthorized("missing or wrong admin token").into());
     }
     Ok(next.run(req).await)
@@ -89,13 +88,23 @@ fn admin(s: &AppState) -> Result<&Arc<Admin>, ApiError> {
     path = "/admin/weights",
     tag = "admin",
     security(("admin_token" = [])),
-    responses((status = 200, body = WeightsInfo), (status = 401, body = crate::api::ErrorResponse))
+    params(ModelQuery),
+    responses(
+        (status = 200, body = WeightsInfo),
+        (status = 401, body = crate::api::ErrorResponse),
+        (status = 404, body = crate::api::ErrorResponse),
+    )
 )]
-pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo>, ApiError> {
+pub async fn weights(
+    State(server): State<ServerState>,
+    Query(q): Query<ModelQuery>,
+) -> Result<axum::Json<WeightsInfo>, ApiError> {
+    let s = server.model(q.model.as_deref()).await?;
     let admin = admin(&s)?;
     let reloading = admin.busy.try_lock().is_err();
     let r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
     Ok(axum::Json(WeightsInfo {
+        model: s.model_name.to_string(),
         current: r.current.clone().into(),
         previous: r.previous.clone().map(Into::into),
         reloading,
@@ -116,16 +125,17 @@ pub async fn weights(State(s): State<AppState>) -> Result<axum::Json<WeightsInfo
         (status = 400, description = "Bad request body or version", body = crate::api::ErrorResponse),
         (status = 401, description = "Missing or wrong admin token", body = crate::api::ErrorResponse),
         (status = 403, description = "Path outside the model directories", body = crate::api::ErrorResponse),
-        (status = 404, description = "No such file", body = crate::api::ErrorResponse),
+        (status = 404, description = "No such file, or no such model", body = crate::api::ErrorResponse),
         (status = 409, description = "Another reload is in progress", body = crate::api::ErrorResponse),
         (status = 422, description = "Not a compatible checkpoint (first mismatch named)", body = crate::api::ErrorResponse),
         (status = 503, description = "Engine down", body = crate::api::ErrorResponse),
     )
 )]
 pub async fn reload(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(req): Json<ReloadRequest>,
 ) -> Result<axum::Json<ReloadResponse>, ApiError> {
+    let s = server.model(req.model.as_deref()).await?;
     let reloads = s.engine.metrics().reloads.clone();
     let outcome = move |o: &str| reloads.with_label_values(&[o]).inc();
     let admin = admin(&s)?.clone();
@@ -141,6 +151,10 @@ pub async fn reload(
         let _busy = busy;
         let outcome = outcome;
         let result = run_reload(&s, &admin, req).await.map_err(ApiError::from);
+        if let Ok((_, path)) = &result {
+            server.models.moved(&s.model_name, path.clone());
+        }
+        let result = result.map(|(r, _)| r);
         match &result {
             Ok(r) => {
                 outcome("success");
@@ -163,7 +177,7 @@ async fn run_reload(
     s: &AppState,
     admin: &Arc<Admin>,
     req: ReloadRequest,
-) -> Result<ReloadResponse, ReloadError> {
+) -> Result<(ReloadResponse, PathBuf), ReloadError> {
     let (signature, previous, n) = {
         let r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
         (r.signature.clone(), r.current.clone(), r.reloads)
@@ -179,8 +193,8 @@ async fn run_reload(
         ResolveError::Missing(m) => ReloadError::Missing(m),
         ResolveError::Outside(m) => ReloadError::Outside(m),
     })?;
-    let v = version.clone();
-    let (model, info) = super::off_thread(move || checkpoint::prepare(&path, &signature, &v))
+    let (v, p) = (version.clone(), path.clone());
+    let (model, info) = super::off_thread(move || checkpoint::prepare(&p, &signature, &v))
         .await
         .map_err(|e| match e {
             CheckpointError::Unreadable(m) => ReloadError::Invalid {
@@ -203,12 +217,13 @@ async fn run_reload(
         r.previous = Some(std::mem::replace(&mut r.current, info.clone()));
         r.reloads += 1;
     }
-    Ok(ReloadResponse {
+    let response = ReloadResponse {
         weights: info.into(),
         previous_version: previous.version,
         mode: req.mode,
         pause_ms: pause.as_secs_f64() * 1e3,
         waited_ms: waited.as_secs_f64() * 1e3,
         aborted,
-    })
+    };
+    Ok((response, path))
 }

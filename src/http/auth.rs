@@ -7,7 +7,7 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::AppState;
+use super::ServerState;
 use crate::error::{ApiError, HttpError};
 
 /// Compares in time independent of where the inputs differ.
@@ -38,7 +38,7 @@ pub fn api_key_of(req: &Request) -> &str {
 
 /// Requires one of the configured API keys (no keys configured: open).
 pub async fn api_key(
-    State(s): State<AppState>,
+    State(s): State<ServerState>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {

@@ -32,26 +32,13 @@ use tower::ServiceExt;
 
 use super::activity::{Activity, Deadline, Held, Verdict, Watched};
 use super::tls::Tls;
+pub use crate::config::ConnLimits;
 use crate::error::{ApiError, HttpError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-
-/// Bounds on connections.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ConnLimits {
-    /// Open connections at most.
-    pub max_connections: usize,
-    /// Time to send a request's headers, from the connection's start or the request's
-    /// first byte.
-    pub header_timeout: Duration,
-    /// Time to send a request's body once its headers are in.
-    pub body_timeout: Duration,
-    /// Time a kept-alive connection may stay idle between requests.
-    pub idle_timeout: Duration,
-}
 
 /// Connections over the cap that may be read for a probe at once.
 const PROBE_RESERVE: usize = 64;

@@ -9,26 +9,39 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::AppState;
+use super::ServerState;
 #[allow(unused_imports)]
 use crate::api::{ErrorResponse, Status};
 use crate::error::{ApiError, HttpError};
 
-/// Liveness: 200 while the engine thread runs, 503 once it has died.
+/// Liveness: 200 while every loaded model's engine thread runs, 503 once one has died.
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
-pub async fn health(State(s): State<AppState>) -> Response {
-    if s.engine.is_alive() {
+pub async fn health(State(s): State<ServerState>) -> Response {
+    if all_alive(&s) {
         axum::Json(json!({"status": "ok"})).into_response()
     } else {
         ApiError::from(sluice_engine::EngineError::Died).into_response()
     }
 }
 
-/// Readiness: 200 when requests can be served (engine running, not draining), else 503.
+fn all_alive(s: &ServerState) -> bool {
+    s.models
+        .statuses()
+        .iter()
+        .filter_map(|(_, _, state)| state.as_ref())
+        .all(|state| state.engine.is_alive())
+}
+
+/// Readiness: 200 when requests can be served (the default model loaded at start, no
+/// engine dead, not draining), else 503.
 #[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, body = Status), (status = 503, body = ErrorResponse)))]
-pub async fn ready(State(s): State<AppState>) -> Response {
-    if !s.engine.is_alive() {
+pub async fn ready(State(s): State<ServerState>) -> Response {
+    if !all_alive(&s) {
         return ApiError::from(HttpError::NotReady("the engine thread has stopped"))
+            .into_response();
+    }
+    if s.models.default_failed() {
+        return ApiError::from(HttpError::NotReady("the default model failed to load"))
             .into_response();
     }
     if s.draining.load(Ordering::SeqCst) {
@@ -37,15 +50,19 @@ pub async fn ready(State(s): State<AppState>) -> Response {
     axum::Json(json!({"status": "ready"})).into_response()
 }
 
-/// Every metric in Prometheus' text format.
+/// Every metric in Prometheus' text format: the server's, then every model's engine
+/// metrics (each series labelled `model`).
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(s): State<AppState>) -> Response {
+pub async fn metrics(State(s): State<ServerState>) -> Response {
+    let models = s.models.metrics();
+    let mut registries = vec![&s.registry];
+    registries.extend(models.iter().map(|m| m.registry()));
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        s.engine.metrics().render(),
+        sluice_engine::render_metrics(&registries),
     )
         .into_response()
 }
@@ -56,7 +73,7 @@ const INTERNAL: &[&str] = &["/health", "/ready", "/metrics"];
 
 /// Counts every routed request but the internal ones by route and status, and times it
 /// to its headers.
-pub async fn track(State(s): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn track(State(s): State<ServerState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()

@@ -22,7 +22,7 @@ use crate::api::anthropic::{
 };
 use crate::error::ApiError;
 use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
+use crate::http::{AppState, ServerState, off_thread};
 use crate::tools::parse::ParsedCall;
 use crate::tools::stream::{CallDelta, Piece};
 use crate::validation::{self, Validated, ValidationError, anthropic as convert};
@@ -300,6 +300,10 @@ impl Api for Message {
     type Request = MessagesRequest;
     type Events = Events;
 
+    fn model(r: &MessagesRequest) -> Option<&str> {
+        r.model.as_deref()
+    }
+
     fn validate(r: &MessagesRequest, s: &AppState) -> Result<Validated, ValidationError> {
         validate_chat(&convert::chat_request(r)?, &convert::FIELDS, s)
     }
@@ -371,10 +375,10 @@ route! {
     )
 )]
 pub async fn count_tokens(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(r): Json<CountTokensRequest>,
 ) -> Result<Response, ApiError> {
-    let st = s.clone();
+    let st = server.model(r.model.as_deref()).await?;
     let n = off_thread(move || {
         let chat = convert::count_request(&r)?;
         validation::prompt_tokens(

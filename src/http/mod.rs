@@ -8,6 +8,7 @@ pub mod generate;
 pub mod health;
 pub mod json;
 pub mod messages;
+pub mod models;
 pub mod openai;
 pub mod openapi;
 pub mod request_id;
@@ -18,6 +19,8 @@ pub mod ui;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use models::{Lease, Models};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -35,7 +38,79 @@ use crate::error::{ApiError, HttpError};
 use crate::metrics::HttpMetrics;
 use crate::validation::Limits;
 
-/// What every handler can reach. Cheap to clone.
+/// What every route shares, whichever model it serves. Cheap to clone.
+#[derive(Clone)]
+pub struct Common {
+    /// Unix seconds at start.
+    pub started: u64,
+    /// Set when the server stops taking requests (`/ready` turns 503).
+    pub draining: Arc<AtomicBool>,
+    /// Turns true when the shutdown grace period has run out: open streams end with an
+    /// error chunk and waiting answers with 503.
+    pub deadline: Arc<watch::Sender<bool>>,
+    /// The HTTP layer's metrics (in `registry`).
+    pub http_metrics: HttpMetrics,
+    /// The server's own metrics; each model's engine has a registry of its own.
+    pub registry: prometheus::Registry,
+    /// API keys accepted on `/v1/*` and the tokenizer routes (empty: open).
+    pub api_keys: Arc<Vec<String>>,
+    /// Origins allowed by CORS (empty: no CORS headers; `*`: any).
+    pub cors_origins: Arc<Vec<String>>,
+    /// The admin token (`None`: no admin routes).
+    pub admin_token: Option<Arc<str>>,
+    /// Serve the chat page at `/` (off with `--no-ui`).
+    pub ui: bool,
+}
+
+impl Common {
+    /// Shared state for a server about to start.
+    pub fn new() -> Self {
+        let registry = prometheus::Registry::new();
+        Self {
+            started: unix_now(),
+            draining: Arc::new(AtomicBool::new(false)),
+            deadline: Arc::new(watch::Sender::new(false)),
+            http_metrics: HttpMetrics::register(&registry),
+            registry,
+            api_keys: Arc::new(Vec::new()),
+            cors_origins: Arc::new(Vec::new()),
+            admin_token: None,
+            ui: true,
+        }
+    }
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The router's state: the models and what all routes share.
+#[derive(Clone)]
+pub struct ServerState {
+    /// Every model offered.
+    pub models: Arc<Models>,
+    /// What all routes share.
+    pub common: Common,
+}
+
+impl std::ops::Deref for ServerState {
+    type Target = Common;
+    fn deref(&self) -> &Common {
+        &self.common
+    }
+}
+
+impl ServerState {
+    /// The state of the model a request names (`None`: the default model), loaded if
+    /// need be; see [`Models::get`].
+    pub async fn model(&self, id: Option<&str>) -> Result<AppState, ApiError> {
+        self.models.get(id).await
+    }
+}
+
+/// What a handler serving one model can reach. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     /// The engine.
@@ -46,21 +121,10 @@ pub struct AppState {
     pub model_name: Arc<str>,
     /// Request field bounds.
     pub limits: Arc<Limits>,
-    /// Unix seconds at start.
-    pub started: u64,
-    /// Set when the server stops taking requests (`/ready` turns 503).
-    pub draining: Arc<AtomicBool>,
-    /// Turns true when the shutdown grace period has run out: open streams end with an
-    /// error chunk and waiting answers with 503.
-    pub deadline: Arc<watch::Sender<bool>>,
-    /// The HTTP layer's metrics.
-    pub http_metrics: HttpMetrics,
-    /// The admin API, when an admin token is configured.
+    /// What all routes share.
+    pub common: Common,
+    /// The admin API's record of this model's weights, when an admin token is configured.
     pub admin: Option<Arc<admin::Admin>>,
-    /// API keys accepted on `/v1/*` and the tokenizer routes (empty: open).
-    pub api_keys: Arc<Vec<String>>,
-    /// Origins allowed by CORS (empty: no CORS headers; `*`: any).
-    pub cors_origins: Arc<Vec<String>>,
     /// The grammar compiler for structured outputs (`None` if the vocabulary cannot be
     /// given to it; such requests are then refused).
     pub grammars: Option<Arc<Grammars>>,
@@ -68,12 +132,14 @@ pub struct AppState {
     pub tool_parser: Option<crate::tools::ToolFormat>,
     /// How `/v1/embeddings` pools (`None`: embeddings are refused).
     pub pooling: Option<sluice_engine::Pooling>,
-    /// The ids of `yes` and `no` when the model is served as a reranker (`--rerank`).
-    pub rerank: Option<(u32, u32)>,
+    /// How `/v1/rerank` scores, when the model is served as a reranker (`--rerank`, or a
+    /// file with a classification head).
+    pub rerank: Option<openai::rerank::Reranker>,
     /// Bytes of the model's file or folder (`/v1/models`).
     pub model_bytes: u64,
-    /// Serve the chat page at `/` (off with `--no-ui`).
-    pub ui: bool,
+    /// The request's hold on the model (none in the registry's own copy): the model is
+    /// not unloaded while a request holds it.
+    pub lease: Option<Arc<Lease>>,
 }
 
 impl AppState {
@@ -83,6 +149,7 @@ impl AppState {
         tokenizer: Arc<Tokenizer>,
         model_name: &str,
         limits: Limits,
+        common: &Common,
     ) -> Self {
         let grammars = match Grammars::new(tokenizer.clone()) {
             Ok(g) => Some(Arc::new(g)),
@@ -97,26 +164,19 @@ impl AppState {
             pooling: None,
             rerank: None,
             model_bytes: 0,
-            ui: true,
-            http_metrics: HttpMetrics::register(engine.metrics()),
             engine,
             tokenizer,
             model_name: model_name.into(),
             limits: Arc::new(limits),
-            started: unix_now(),
-            draining: Arc::new(AtomicBool::new(false)),
-            deadline: Arc::new(watch::Sender::new(false)),
+            common: common.clone(),
             admin: None,
-            api_keys: Arc::new(Vec::new()),
-            cors_origins: Arc::new(Vec::new()),
+            lease: None,
         }
     }
-}
 
-impl AppState {
     /// Refuses new generation work while the server drains.
     pub fn check_open(&self) -> Result<(), ApiError> {
-        if self.draining.load(Ordering::SeqCst) {
+        if self.common.draining.load(Ordering::SeqCst) {
             return Err(HttpError::Draining.into());
         }
         Ok(())
@@ -150,8 +210,8 @@ async fn not_found(uri: Uri) -> ApiError {
 }
 
 /// All routes. `body_limit` caps request bodies (413 beyond it).
-pub fn router(state: AppState, body_limit: usize) -> Router {
-    let admin = match state.admin {
+pub fn router(state: ServerState, body_limit: usize) -> Router {
+    let admin = match state.admin_token {
         Some(_) => admin::routes(state.clone()),
         None => Router::new(),
     };

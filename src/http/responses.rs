@@ -421,6 +421,10 @@ impl Api for Responses {
     type Request = ResponsesRequest;
     type Events = Events;
 
+    fn model(r: &ResponsesRequest) -> Option<&str> {
+        r.model.as_deref()
+    }
+
     fn validate(r: &ResponsesRequest, s: &AppState) -> Result<Validated, ValidationError> {
         validate_chat(&convert::chat_request(r)?, &convert::FIELDS, s)
     }

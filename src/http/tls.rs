@@ -3,7 +3,7 @@
 //! `WATCH_EVERY`), so certificates rotate without a restart; a pair that does not load
 //! is logged and the one in use stays. HTTP/1.1 only, as over plain TCP.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -15,17 +15,10 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
+pub use crate::config::TlsFiles;
+
 /// How often the files are checked for changes.
 const WATCH_EVERY: Duration = Duration::from_secs(2);
-
-/// The certificate chain and key files.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TlsFiles {
-    /// PEM certificate chain, the server's own certificate first.
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-}
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

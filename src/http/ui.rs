@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use super::AppState;
+use super::ServerState;
 
 /// No script but our own files, no connection but to this server, nothing inline.
 const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
@@ -80,7 +80,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
 /// The chat page's routes (absent with `--no-ui`).
-pub fn chat_routes() -> Router<AppState> {
+pub fn chat_routes() -> Router<ServerState> {
     macro_rules! file {
         ($kind:expr, $path:literal) => {
             get(|| async { asset($kind, include_bytes!($path), None) })
@@ -97,7 +97,7 @@ pub fn chat_routes() -> Router<AppState> {
 }
 
 /// The API docs' routes.
-pub fn docs_routes() -> Router<AppState> {
+pub fn docs_routes() -> Router<ServerState> {
     Router::new()
         .route(
             "/docs",

@@ -27,6 +27,7 @@ const el = {
   newChat: $("new-chat"),
   list: $("conversations"),
   modelId: $("model-id"),
+  modelPicker: $("model-picker"),
   tps: $("tps"),
   settingsToggle: $("settings-toggle"),
   settings: $("settings"),
@@ -175,8 +176,26 @@ async function loadModel() {
     const res = await api("/v1/models");
     if (!res.ok) throw new Error(await errorMessage(res));
     const body = await res.json();
-    el.modelId.textContent = body?.data?.[0]?.id ?? "";
-    el.modelId.title = "Model";
+    const models = body?.data ?? [];
+    if (models.length > 1) {
+      // Several models: a picker (unloaded ones load on their first message).
+      el.modelId.textContent = "";
+      el.modelPicker.replaceChildren(
+        ...models.map((m) => {
+          const option = document.createElement("option");
+          option.value = m.id;
+          option.textContent = m.status === "loaded" ? m.id : `${m.id} (${m.status})`;
+          return option;
+        }),
+      );
+      const saved = models.some((m) => m.id === settings.model);
+      el.modelPicker.value = saved ? settings.model : models[0].id;
+      el.modelPicker.hidden = false;
+    } else {
+      el.modelPicker.hidden = true;
+      el.modelId.textContent = models[0]?.id ?? "";
+      el.modelId.title = "Model";
+    }
   } catch (e) {
     el.modelId.textContent = "model unavailable";
     el.modelId.title = e.message;
@@ -196,6 +215,7 @@ function requestBody(messages) {
   if (settings.systemPrompt?.trim()) all.push({ role: "system", content: settings.systemPrompt });
   for (const { role, content } of messages) all.push({ role, content });
   const body = { messages: all, stream: true, stream_options: { include_usage: true } };
+  if (!el.modelPicker.hidden) body.model = el.modelPicker.value;
   const optional = {
     temperature: num(settings.temperature),
     top_p: num(settings.topP),
@@ -494,6 +514,10 @@ el.settingsToggle.addEventListener("click", () => {
   el.settingsToggle.setAttribute("aria-expanded", String(!el.settings.hidden));
 });
 el.settings.addEventListener("submit", (e) => e.preventDefault());
+el.modelPicker.addEventListener("change", () => {
+  settings = { ...settings, model: el.modelPicker.value };
+  saveJson(STORE.settings, settings);
+});
 for (const [key, id] of Object.entries(FIELDS)) {
   const input = $(id);
   input.value = settings[key] ?? "";

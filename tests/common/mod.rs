@@ -146,7 +146,7 @@ pub fn serve_args() -> sluice::config::ServeArgs {
         args: sluice::config::ServeArgs,
     }
     let mut args = Wrap::parse_from(["sluice"]).args;
-    args.model = Some(model_path());
+    args.model = vec![model_path().display().to_string()];
     args.slots = 8;
     args.context = Some(1024);
     args.max_body_bytes = 64 * 1024;
@@ -172,7 +172,8 @@ impl Spawned {
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if !envs.iter().any(|(k, _)| *k == "SLUICE_MODEL") {
+        let chosen = args.iter().any(|a| *a == "--model" || *a == "--models-dir");
+        if !chosen && !envs.iter().any(|(k, _)| *k == "SLUICE_MODEL") {
             cmd.env("SLUICE_MODEL", model_path());
         }
         for (k, v) in envs {

@@ -24,7 +24,7 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     SELENIUM_MISSING = None
 except ImportError as e:  # reported by the browser fixture, as a failure
@@ -435,6 +435,33 @@ def test_thinking_is_shown_folded(browser, tmp_path):
         wait_answer(browser, 2)
         bodies = js(browser, "return window.__bodies")
         assert all(set(m) == {"role", "content"} for m in bodies[-1]["messages"])
+
+
+def test_model_picker(browser, tmp_path):
+    # Two models: the page offers both, sends the one picked, and keeps the choice.
+    models = os.environ.get("SLUICE_MODEL_DIR") or os.path.expanduser("~/.cache/sluice/models")
+    model = os.environ.get("SLUICE_MODEL") or os.path.join(
+        models, "SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    args = ["--model", f"first={model}", "--model", f"second={model}"]
+    with serve(*args, "--slots", "2", "--context", "512") as url:
+        open_page(browser, url, settings={"maxTokens": "4"}, wait_model=False)
+        picker = by_id(browser, "model-picker")
+        wait(browser, lambda d: picker.is_displayed(), 30, "no model picker")
+        assert not by_id(browser, "model-id").is_displayed()
+        options = [o.get_attribute("value") for o in picker.find_elements(By.TAG_NAME, "option")]
+        assert options == ["first", "second"]
+        assert picker.get_attribute("value") == "first"
+        Select(picker).select_by_value("second")
+        patch_fetch(browser, {})
+        send(browser, "Hello")
+        answer = wait_answer(browser, 1)
+        assert answer.find_element(By.CLASS_NAME, "body").text.strip()
+        [body] = js(browser, "return window.__bodies")
+        assert body["model"] == "second"
+        browser.refresh()
+        picker = by_id(browser, "model-picker")
+        wait(browser, lambda d: picker.get_attribute("value") == "second", 30, "choice not kept")
 
 
 def test_api_key_dialog(model, browser):

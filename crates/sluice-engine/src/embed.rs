@@ -2,9 +2,14 @@
 //! model as a prefill in a scratch slab (no keys or values kept, no slot taken), on the
 //! engine thread between steps; its final hidden states (after the output norm) are pooled
 //! into one vector of unit length, or its last position's logits of some tokens are read
-//! (a reranker's yes/no answer).
+//! (a reranker's yes/no answer), or its last position's hidden state goes through the
+//! file's classification head (a reranker with one).
+
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
+
+use crate::class_head::ClassHead;
 
 use crate::error::EngineError;
 use crate::gguf::GgufFile;
@@ -56,12 +61,14 @@ impl Pooling {
 }
 
 /// What a job reads out of each input.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Readout {
     /// The pooled, unit-length hidden state.
     Pool(Pooling),
     /// The last position's logits of these tokens.
     Logits(Vec<u32>),
+    /// The classification head's outputs at the last position.
+    Classify(Arc<ClassHead>),
 }
 
 /// An embedding or scoring request on its way to the engine thread.
@@ -81,6 +88,7 @@ pub(crate) fn embed(
 ) -> Vec<Vec<f32>> {
     let pooling = match readout {
         Readout::Pool(p) => *p,
+        Readout::Classify(_) => Pooling::Last,
         Readout::Logits(ids) => return logits(model, inputs, ids, budget),
     };
     let s = model.shape().clone();
@@ -139,6 +147,11 @@ pub(crate) fn embed(
                 _ => 1.0,
             };
             let v: Vec<f64> = sum.into_iter().map(|x| x / count).collect();
+            if let Readout::Classify(head) = readout {
+                let h: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                out.push(head.apply(&h));
+                continue;
+            }
             let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
             let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
             out.push(v.into_iter().map(|x| (x * scale) as f32).collect());

@@ -227,6 +227,16 @@ impl EngineHandle {
         self.readout(inputs, Readout::Logits(ids)).await
     }
 
+    /// The classification head's raw outputs at the last position of each input (token
+    /// ids), computed as `embed` computes embeddings: a reranker with a head.
+    pub async fn classify(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        head: std::sync::Arc<crate::ClassHead>,
+    ) -> Result<Vec<Vec<f32>>, SubmitError> {
+        self.readout(inputs, Readout::Classify(head)).await
+    }
+
     async fn readout(
         &self,
         inputs: Vec<Vec<u32>>,
@@ -302,6 +312,11 @@ impl EngineHandle {
     pub async fn idle(&self) {
         let mut rx = self.shared.in_flight.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Requests queued or running now (the count [`EngineHandle::idle`] waits to reach 0).
+    pub fn in_flight(&self) -> usize {
+        *self.shared.in_flight.borrow()
     }
 
     /// Real prompt tokens prefilled and padding tokens their bucket shapes carried, so far.

@@ -22,6 +22,7 @@ mod beam;
 mod blocks;
 mod cache;
 pub mod checkpoint;
+mod class_head;
 mod config;
 mod constraint;
 mod embed;
@@ -46,8 +47,10 @@ mod stops;
 pub mod testing;
 mod thinking;
 pub mod tokenizer;
+mod turns;
 mod worker;
 
+pub use class_head::{ClassHead, PairFormat};
 pub use config::EngineConfig;
 pub use constraint::{Constraint, GrammarSpec, Grammars, json_layout};
 pub use embed::Pooling;
@@ -57,7 +60,7 @@ pub use gguf::GgufFile;
 pub use handle::{EngineHandle, EventStream};
 pub use hf::Quantize;
 pub use load::{LoadOptions, Loaded, build, load, open_model, warm_up};
-pub use metrics::{LATENCY, Metrics};
+pub use metrics::{LATENCY, Metrics, render as render_metrics};
 pub use model::{Model, Shape};
 pub use reload::{ReloadMode, Swapped};
 pub use request::{

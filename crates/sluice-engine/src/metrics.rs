@@ -100,7 +100,9 @@ const TOKENS: &[f64] = &[
 const BATCH: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 const SPEC_LENGTHS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0];
 
-/// Every metric sluice exports, registered in its own registry.
+/// Every metric of one model's engine, in a registry of its own whose series all carry
+/// the label `model` (vLLM's `model_name` convention; a server of several models renders
+/// their registries together, see [`render`]).
 pub struct Metrics {
     registry: Registry,
     /// See [`TTFT_SECONDS`].
@@ -203,9 +205,10 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 impl Metrics {
-    /// All metrics, zeroed; `slots` and `model` fill the static gauges.
+    /// All metrics, zeroed, every series labelled `model`; `slots` fills a static gauge.
     pub fn new(slots: usize, model: &str) -> Self {
-        let r = Registry::new();
+        let labels = std::collections::HashMap::from([("model".to_string(), model.to_string())]);
+        let r = Registry::new_custom(None, Some(labels)).expect("a valid label");
         let kv_usage = Gauge::new(
             KV_USAGE,
             "Fraction of the KV pool's blocks held by running sequences.",
@@ -215,13 +218,13 @@ impl Metrics {
             .expect("unique metric");
         let build_info = IntGaugeVec::new(
             Opts::new(BUILD_INFO, "Build version and served model (always 1)."),
-            &["version", "model"],
+            &["version"],
         )
         .expect("valid gauge");
         r.register(Box::new(build_info.clone()))
             .expect("unique metric");
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), model])
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
         let m = Self {
             ttft: hist(
@@ -363,10 +366,27 @@ impl Metrics {
 
     /// The text exposition format of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding never fails");
-        String::from_utf8(buf).expect("the text format is UTF-8")
+        render(&[&self.registry])
     }
+}
+
+/// The text exposition format of several registries' metrics as one: a family that
+/// several hold (each model's engine has the same names) is written once, with every
+/// registry's series under it.
+pub fn render(registries: &[&Registry]) -> String {
+    let mut families: Vec<prometheus::proto::MetricFamily> = Vec::new();
+    for r in registries {
+        for f in r.gather() {
+            match families.iter_mut().find(|g| g.name() == f.name()) {
+                Some(g) => g.mut_metric().extend(f.get_metric().iter().cloned()),
+                None => families.push(f),
+            }
+        }
+    }
+    families.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut buf = Vec::new();
+    TextEncoder::new()
+        .encode(&families, &mut buf)
+        .expect("text encoding never fails");
+    String::from_utf8(buf).expect("the text format is UTF-8")
 }

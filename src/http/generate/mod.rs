@@ -12,7 +12,7 @@ use sluice_engine::{BeamOut, EngineError, EngineHandle, Event, EventStream, Fini
 use sluice_engine::{TokenEvent, ValidRequest};
 use tokio::sync::watch;
 
-use super::{AppState, off_thread};
+use super::{AppState, ServerState, off_thread};
 use crate::api::{ChatRequest, Usage};
 use crate::error::ApiError;
 use crate::tools::parse::ParsedCall;
@@ -25,6 +25,8 @@ pub trait Api: Sized + 'static {
     type Request: Send + 'static;
     /// The events of a streamed answer.
     type Events: EventMaker;
+    /// The model the request names (`None`: the default model).
+    fn model(r: &Self::Request) -> Option<&str>;
     /// Checks the request and makes its engine requests (on the blocking pool).
     fn validate(r: &Self::Request, s: &AppState) -> Result<Validated, ValidationError>;
     /// What the answer starts from, made once the requests are submitted.
@@ -36,8 +38,12 @@ pub trait Api: Sized + 'static {
     fn answer(self, v: &Validated, choices: Vec<Choice>, usage: Usage, s: &AppState) -> Response;
 }
 
-/// Runs one generation request of API `A`, whole or streamed.
-pub async fn generate<A: Api>(s: AppState, r: A::Request) -> Result<Response, ApiError> {
+/// Runs one generation request of API `A`, whole or streamed, on the model it names.
+pub async fn generate<A: Api>(server: ServerState, r: A::Request) -> Result<Response, ApiError> {
+    if server.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(crate::error::HttpError::Draining.into());
+    }
+    let s = server.model(A::model(&r)).await?;
     s.check_open()?;
     let st = s.clone();
     let (r, v) = off_thread(move || A::validate(&r, &st).map(|v| (r, v))).await?;
@@ -45,10 +51,10 @@ pub async fn generate<A: Api>(s: AppState, r: A::Request) -> Result<Response, Ap
     let api = A::start(r, &v, &s);
     if v.stream {
         let events = api.events(&v, &s);
-        let sse = stream::sse(streams, events, &v, s.deadline.subscribe());
+        let sse = stream::sse(streams, events, &v, s.common.deadline.subscribe());
         return Ok(sse.into_response());
     }
-    let mut choices = collect(streams, s.deadline.subscribe()).await?;
+    let mut choices = collect(streams, s.common.deadline.subscribe()).await?;
     let finishes = finishes(&choices);
     log_summary(&finishes, v.copies());
     let usage = usage(finishes.into_iter(), v.copies());
@@ -89,7 +95,7 @@ macro_rules! route {
             responses((status = 200, description = $what, body = $answer), $($errors)+)
         )]
         pub async fn handle(
-            axum::extract::State(s): axum::extract::State<crate::http::AppState>,
+            axum::extract::State(s): axum::extract::State<crate::http::ServerState>,
             crate::http::json::Json(r): crate::http::json::Json<$request>,
         ) -> Result<axum::response::Response, crate::error::ApiError> {
             crate::http::generate::generate::<$api>(s, r).await

@@ -214,6 +214,10 @@ impl Api for Chat {
     type Request = ChatRequest;
     type Events = Frames<Chunks>;
 
+    fn model(r: &ChatRequest) -> Option<&str> {
+        r.common.model.as_deref()
+    }
+
     fn validate(r: &ChatRequest, s: &AppState) -> Result<Validated, ValidationError> {
         validate_chat(r, &Fields::OPENAI, s)
     }

@@ -204,6 +204,10 @@ impl Api for Completions {
     type Request = CompletionRequest;
     type Events = Frames<Chunks>;
 
+    fn model(r: &CompletionRequest) -> Option<&str> {
+        r.common.model.as_deref()
+    }
+
     fn validate(r: &CompletionRequest, s: &AppState) -> Result<Validated, ValidationError> {
         validation::completion(
             r,

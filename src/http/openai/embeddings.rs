@@ -9,7 +9,7 @@ use crate::api::embeddings::{
 };
 use crate::error::ApiError;
 use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
+use crate::http::{ServerState, off_thread};
 use crate::validation::ValidationError;
 use crate::validation::embeddings::embeddings;
 
@@ -44,9 +44,10 @@ fn truncate(mut v: Vec<f32>, d: usize) -> Vec<f32> {
     )
 )]
 pub async fn handle(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(r): Json<EmbeddingRequest>,
 ) -> Result<axum::Json<EmbeddingResponse>, ApiError> {
+    let s = server.model(r.model.as_deref()).await?;
     s.check_open()?;
     let Some(pooling) = s.pooling else {
         return Err(ValidationError::invalid(

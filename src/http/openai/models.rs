@@ -4,10 +4,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 
 use crate::api::{ErrorResponse, ModelCard, ModelList};
+use crate::config::ModelConfig;
 use crate::error::ApiError;
-use crate::http::AppState;
+use crate::http::models::Status;
+use crate::http::{AppState, ServerState};
 
-/// What the served model can do.
+/// What a loaded model can do.
 fn capabilities(s: &AppState) -> Vec<&'static str> {
     let mut out = vec!["completion"];
     if let Some(t) = &s.tokenizer.chat_template {
@@ -28,29 +30,53 @@ fn capabilities(s: &AppState) -> Vec<&'static str> {
     out
 }
 
-fn card(s: &AppState) -> ModelCard {
-    ModelCard {
-        id: s.model_name.to_string(),
+/// A model's card: what its loaded state says, or what was learnt when it was last
+/// loaded (nothing for a model never loaded).
+fn card(
+    server: &ServerState,
+    m: &ModelConfig,
+    status: Status,
+    state: Option<&AppState>,
+) -> ModelCard {
+    let mut card = ModelCard {
+        id: m.name.clone(),
         object: "model",
-        created: s.started,
+        created: server.started,
         owned_by: "sluice",
-        max_model_len: s.limits.context,
-        status: "loaded",
-        size: s.model_bytes,
-        capabilities: capabilities(s),
+        max_model_len: None,
+        status: status.name(),
+        error: server.models.error_of(&m.name),
+        size: crate::http::models::bytes_of(&m.path),
+        capabilities: Vec::new(),
+    };
+    if let Some(s) = state {
+        card.max_model_len = Some(s.limits.context);
+        card.size = s.model_bytes;
+        card.capabilities = capabilities(s);
+        server.models.remember(&m.name, &card);
+    } else if let Some(known) = server.models.remembered(&m.name) {
+        card.max_model_len = known.max_model_len;
+        card.capabilities = known.capabilities;
     }
+    card
 }
 
-/// Lists the served model.
+/// Lists every model offered, the default one first, with its status.
 #[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "openai", responses((status = 200, body = ModelList)))]
-pub async fn list(State(s): State<AppState>) -> Json<ModelList> {
+pub async fn list(State(s): State<ServerState>) -> Json<ModelList> {
+    let data = s
+        .models
+        .statuses()
+        .iter()
+        .map(|(m, status, state)| card(&s, m, *status, state.as_ref()))
+        .collect();
     Json(ModelList {
         object: "list",
-        data: vec![card(&s)],
+        data,
     })
 }
 
-/// Describes the served model; 404 for any other id.
+/// Describes one model; 404 for an id the server does not offer.
 #[utoipa::path(
     get,
     path = "/v1/models/{id}",
@@ -60,11 +86,13 @@ pub async fn list(State(s): State<AppState>) -> Json<ModelList> {
     responses((status = 200, body = ModelCard), (status = 404, body = ErrorResponse))
 )]
 pub async fn get_one(
-    State(s): State<AppState>,
+    State(s): State<ServerState>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
-    if id != *s.model_name {
-        return Err(crate::validation::ValidationError::ModelNotFound(id).into());
-    }
-    Ok(Json(card(&s)))
+    s.models
+        .statuses()
+        .iter()
+        .find(|(m, ..)| m.name == id)
+        .map(|(m, status, state)| Json(card(&s, m, *status, state.as_ref())))
+        .ok_or_else(|| crate::validation::ValidationError::ModelNotFound(id).into())
 }

@@ -1,8 +1,11 @@
-//! `POST /v1/rerank` (also `/rerank`): documents scored against a query by a reranker that
-//! answers yes or no (the Qwen3-Reranker recipe: its prompt, then P(yes) over yes and no
-//! at the last position), best first.
+//! `POST /v1/rerank` (also `/rerank`): documents scored against a query, best first, by a
+//! reranker that answers yes or no (the Qwen3-Reranker recipe: its prompt, then P(yes) over
+//! yes and no at the last position), or by the file's classification head.
+
+use std::sync::Arc;
 
 use axum::extract::State;
+use sluice_engine::ClassHead;
 
 use crate::api::ErrorResponse;
 use crate::api::rerank::{
@@ -10,8 +13,24 @@ use crate::api::rerank::{
 };
 use crate::error::ApiError;
 use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
+use crate::http::{ServerState, off_thread};
 use crate::validation::{ValidationError, check_model};
+
+/// How a model served as a reranker scores a document.
+#[derive(Clone, Debug)]
+pub enum Reranker {
+    /// P(yes) over the logits of `yes` and `no` after the Qwen3-Reranker prompt
+    /// (`--rerank`).
+    YesNo {
+        /// The id of `yes`.
+        yes: u32,
+        /// The id of `no`.
+        no: u32,
+    },
+    /// The file's classification head on the last position (its own prompt template, or
+    /// the query and document as a pair).
+    Head(Arc<ClassHead>),
+}
 
 /// Documents one request may hold.
 pub const MAX_DOCUMENTS: usize = 1024;
@@ -33,6 +52,53 @@ pub fn prompt(instruction: &str, query: &str, document: &str) -> String {
     )
 }
 
+/// A document's prompt ids for `reranker`. A head's file template has `{query}` and
+/// `{document}` filled in (and its default task replaced by `instruction`), tokenised as
+/// llama.cpp tokenises it: special tokens parsed, none added.
+fn prompt_ids(
+    tokenizer: &sluice_engine::Tokenizer,
+    reranker: &Reranker,
+    instruction: &str,
+    query: &str,
+    document: &str,
+) -> Result<Vec<u32>, ApiError> {
+    Ok(match reranker {
+        Reranker::YesNo { .. } => tokenizer.encode(&prompt(instruction, query, document))?,
+        Reranker::Head(head) => match &head.template {
+            Some(t) => {
+                let t = t.replace(DEFAULT_INSTRUCTION, instruction);
+                tokenizer.encode_with(&fill(&t, query, document), false, true)?
+            }
+            None => head.pair.join(
+                &tokenizer.encode_with(query, false, false)?,
+                &tokenizer.encode_with(document, false, false)?,
+            ),
+        },
+    })
+}
+
+/// `template` with `{query}` and `{document}` replaced in one pass (a query that holds
+/// the text `{document}` stays as it is).
+pub fn fill(template: &str, query: &str, document: &str) -> String {
+    let mut out = String::with_capacity(template.len() + query.len() + document.len());
+    let mut rest = template;
+    loop {
+        let q = rest.find("{query}").map(|i| (i, "{query}", query));
+        let d = rest.find("{document}").map(|i| (i, "{document}", document));
+        let next = match (q, d) {
+            (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        let Some((i, key, value)) = next else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..i]);
+        out.push_str(value);
+        rest = &rest[i + key.len()..];
+    }
+}
+
 fn bad(param: &'static str, m: impl Into<String>) -> ApiError {
     ValidationError::invalid(param, m).into()
 }
@@ -52,15 +118,17 @@ fn bad(param: &'static str, m: impl Into<String>) -> ApiError {
     )
 )]
 pub async fn handle(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(r): Json<RerankRequest>,
 ) -> Result<axum::Json<RerankResponse>, ApiError> {
+    let s = server.model(r.model.as_deref()).await?;
     s.check_open()?;
-    let Some((yes, no)) = s.rerank else {
+    let Some(reranker) = s.rerank.clone() else {
         return Err(bad(
             "model",
             format!(
-                "`{}` is not served as a reranker; start the server with --rerank",
+                "`{}` is not served as a reranker; start the server with --rerank, or serve \
+                 a file with a classification head",
                 s.model_name
             ),
         ));
@@ -90,10 +158,11 @@ pub async fn handle(
         .clone()
         .unwrap_or_else(|| DEFAULT_INSTRUCTION.into());
     let query = r.query.clone();
+    let how = reranker.clone();
     let prompts = off_thread(move || -> Result<Vec<Vec<u32>>, ApiError> {
         let mut out = Vec::new();
         for (i, d) in docs.iter().enumerate() {
-            let ids = st.tokenizer.encode(&prompt(&instruction, &query, d))?;
+            let ids = prompt_ids(&st.tokenizer, &how, &instruction, &query, d)?;
             if ids.len() > st.limits.context {
                 return Err(bad(
                     "documents",
@@ -110,20 +179,32 @@ pub async fn handle(
     })
     .await?;
     let tokens: usize = prompts.iter().map(Vec::len).sum();
-    let logits = s.engine.last_logits(prompts, vec![yes, no]).await?;
-    let mut results: Vec<RerankResult> = logits
-        .iter()
-        .enumerate()
-        .map(|(index, l)| {
+    let scores: Vec<f64> = match &reranker {
+        Reranker::YesNo { yes, no } => s
+            .engine
+            .last_logits(prompts, vec![*yes, *no])
+            .await?
+            .iter()
             // P(yes) over yes and no: a softmax of two logits.
-            let score = 1.0 / (1.0 + ((l[1] - l[0]) as f64).exp());
-            RerankResult {
-                index,
-                relevance_score: score,
-                document: (r.return_documents != Some(false)).then(|| RerankDocument {
-                    text: r.documents[index].clone(),
-                }),
-            }
+            .map(|l| 1.0 / (1.0 + ((l[1] - l[0]) as f64).exp()))
+            .collect(),
+        Reranker::Head(head) => s
+            .engine
+            .classify(prompts, head.clone())
+            .await?
+            .iter()
+            .map(|o| head.score(o))
+            .collect(),
+    };
+    let mut results: Vec<RerankResult> = scores
+        .into_iter()
+        .enumerate()
+        .map(|(index, score)| RerankResult {
+            index,
+            relevance_score: score,
+            document: (r.return_documents != Some(false)).then(|| RerankDocument {
+                text: r.documents[index].clone(),
+            }),
         })
         .collect();
     results.sort_by(|a, b| {
@@ -142,4 +223,20 @@ pub async fn handle(
             total_tokens: tokens,
         },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill;
+
+    #[test]
+    fn a_template_is_filled_in_one_pass() {
+        assert_eq!(fill("Q: {query} D: {document}.", "a", "b"), "Q: a D: b.");
+        assert_eq!(
+            fill("{document}|{query}", "{document}", "x"),
+            "x|{document}",
+            "a query's own braces are left alone"
+        );
+        assert_eq!(fill("none", "a", "b"), "none");
+    }
 }

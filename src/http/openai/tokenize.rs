@@ -1,6 +1,8 @@
 //! `POST /tokenize` and `POST /detokenize` (vLLM's shapes).
 
-use axum::extract::State;
+use axum::extract::{Query, State};
+
+use crate::api::ModelQuery;
 
 use crate::api::tokens::TokenizerInfo;
 use crate::api::{
@@ -8,8 +10,8 @@ use crate::api::{
 };
 use crate::error::ApiError;
 use crate::http::json::Json;
-use crate::http::{AppState, off_thread};
-use crate::validation::{Fields, ValidationError, check_model, conversation_text, messages};
+use crate::http::{ServerState, off_thread};
+use crate::validation::{Fields, ValidationError, conversation_text, messages};
 
 /// Token ids of a prompt, or of a conversation rendered through the chat template.
 #[utoipa::path(
@@ -20,11 +22,10 @@ use crate::validation::{Fields, ValidationError, check_model, conversation_text,
     responses((status = 200, body = TokenizeResponse), (status = 400, body = ErrorResponse), (status = 404, body = ErrorResponse))
 )]
 pub async fn tokenize(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(r): Json<TokenizeRequest>,
 ) -> Result<axum::Json<TokenizeResponse>, ApiError> {
-    check_model(r.model.as_deref(), &s.model_name)?;
-    let st = s.clone();
+    let st = server.model(r.model.as_deref()).await?;
     off_thread(move || {
         let text = match (&r.prompt, &r.messages) {
             (Some(p), None) => p.clone(),
@@ -68,10 +69,10 @@ pub async fn tokenize(
     responses((status = 200, body = DetokenizeResponse), (status = 400, body = ErrorResponse), (status = 404, body = ErrorResponse))
 )]
 pub async fn detokenize(
-    State(s): State<AppState>,
+    State(server): State<ServerState>,
     Json(r): Json<DetokenizeRequest>,
 ) -> Result<axum::Json<DetokenizeResponse>, ApiError> {
-    check_model(r.model.as_deref(), &s.model_name)?;
+    let s = server.model(r.model.as_deref()).await?;
     if let Some(t) = r
         .tokens
         .iter()
@@ -94,16 +95,21 @@ pub async fn detokenize(
     get,
     path = "/tokenizer_info",
     tag = "tokens",
-    responses((status = 200, body = TokenizerInfo))
+    params(ModelQuery),
+    responses((status = 200, body = TokenizerInfo), (status = 404, body = ErrorResponse))
 )]
-pub async fn info(State(s): State<AppState>) -> axum::Json<TokenizerInfo> {
+pub async fn info(
+    State(server): State<ServerState>,
+    Query(q): Query<ModelQuery>,
+) -> Result<axum::Json<TokenizerInfo>, ApiError> {
+    let s = server.model(q.model.as_deref()).await?;
     let t = &s.tokenizer;
     let text = |id: Option<u32>| id.and_then(|i| t.decode(&[i]).ok());
-    axum::Json(TokenizerInfo {
+    Ok(axum::Json(TokenizerInfo {
         eos_token: text(t.end_ids.first().copied()),
         bos_token: text(t.bos),
         add_bos_token: t.add_bos,
         model_max_length: s.limits.context,
         chat_template: t.chat_template.as_ref().map(|c| c.source.clone()),
-    })
+    }))
 }

@@ -16,7 +16,7 @@ mod hparams;
 mod llama;
 mod phi3;
 mod qwen;
-mod tensors;
+pub(crate) mod tensors;
 
 use std::sync::OnceLock;
 

@@ -135,6 +135,8 @@ impl Worker {
                     }
                 }
             }
+            // One engine at a time on the compute threads (the turn ends with the loop).
+            let _turn = crate::turns::take();
             self.drop_cancelled();
             self.apply_swap();
             if self.pending.is_none() {
