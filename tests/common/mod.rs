@@ -354,9 +354,24 @@ pub async fn metric(base: &str, series: &str, labels: &[&str]) -> f64 {
         .await
         .expect("text body");
     text.lines()
-        .filter(|l| l.starts_with(series) && labels.iter().all(|x| l.contains(x)))
+        .filter(|l| without_model(l).starts_with(series) && labels.iter().all(|x| l.contains(x)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// A sample line with its `model="..."` label taken out: every engine series carries one
+/// (`series` in `metric` is named without it).
+pub fn without_model(line: &str) -> String {
+    let Some(start) = line.find("model=\"") else {
+        return line.to_string();
+    };
+    let end = start + 7 + line[start + 7..].find('"').expect("a closed label") + 1;
+    let (before, after) = (&line[..start], &line[end..]);
+    match (before.ends_with('{'), after.strip_prefix(',')) {
+        (_, Some(rest)) => format!("{before}{rest}"),
+        (true, None) => format!("{}{}", &before[..before.len() - 1], &after[1..]),
+        (false, None) => format!("{}{after}", &before[..before.len() - 1]),
+    }
 }
 
 /// Runs `scripts/golden/<script> write DIR` with the tests' venv's Python (numpy, gguf;

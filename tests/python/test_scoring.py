@@ -24,8 +24,8 @@ def post(base_url, path, body):
 
 def counter(base_url, name):
     text = httpx.get(base_url + "/metrics", timeout=10).text
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+    # Engine series carry a `model` label; this server has one model.
+    return sum(float(v) for v in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.M))
 
 
 def tokens_of(base_url, text):

@@ -249,11 +249,26 @@ fn with_prefix_reuse_off_only_siblings_share() {
         1,
         EngineConfig {
             prefix_reuse: false,
-            ..config(2)
+            ..config(3)
         },
     );
-    h.release.send(()).unwrap();
     let prompt = cycle(20);
+    // The choices of one request share their prefill. Both are queued while the engine
+    // is held inside another prompt's prefill, so that they are admitted in one step
+    // (submitted to a running engine, the first could start alone).
+    let other = h.hold(ValidRequest::greedy(vec![29, 28, 27], 2));
+    let choice = || {
+        let mut r = ValidRequest::greedy(prompt.clone(), 2);
+        r.share = Some(5);
+        h.e.submit(r).unwrap()
+    };
+    let (a, b) = (choice(), choice());
+    h.release.send(()).unwrap();
+    drain(other);
+    drain(a);
+    drain(b);
+    assert_eq!(h.e.metrics().prefix_hits.get(), 19);
+    // A repeat of the prompt, though, computes it again.
     drain(h.e.submit(ValidRequest::greedy(prompt.clone(), 2)).unwrap());
     let n0 = h.calls.lock().unwrap().len();
     drain(h.e.submit(ValidRequest::greedy(prompt.clone(), 2)).unwrap());
@@ -262,15 +277,5 @@ fn with_prefix_reuse_off_only_siblings_share() {
         20,
         "the repeat computes its prompt"
     );
-    assert_eq!(h.e.metrics().prefix_hits.get(), 0);
-    // The choices of one request still share their prefill.
-    let choice = || {
-        let mut r = ValidRequest::greedy(prompt.clone(), 2);
-        r.share = Some(5);
-        h.e.submit(r).unwrap()
-    };
-    let (a, b) = (choice(), choice());
-    drain(a);
-    drain(b);
     assert_eq!(h.e.metrics().prefix_hits.get(), 19);
 }
