@@ -25,9 +25,10 @@ fn model_arg(id: &str, path: &Path) -> String {
 }
 
 /// A directory of models: two tiny models and a file that is not a model (the default
-/// model is given as `--model smol=PATH` beside it).
-fn models_dir() -> PathBuf {
-    let dir = common::scratch("models").join("dir");
+/// model is given as `--model smol=PATH` beside it). Each test has its own (`name`): the
+/// tests run at once, and one's directory must not be remade under another's server.
+fn models_dir(name: &str) -> PathBuf {
+    let dir = common::scratch("models").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let link = |from: &Path, to: &str| std::os::unix::fs::symlink(from, dir.join(to)).unwrap();
@@ -264,7 +265,7 @@ async fn an_unknown_model_is_404_on_every_api() {
 
 #[tokio::test]
 async fn one_loaded_model_at_a_time_answers_as_each_alone() {
-    let dir = models_dir();
+    let dir = models_dir("alternating");
     let (smol, qwen) = (common::model_path(), tiny("qwen3"));
     let expected_smol = alone(&smol).await;
     let expected_qwen = alone(&qwen).await;
@@ -387,7 +388,7 @@ async fn whole(base: &str, model: &str) -> String {
 
 #[tokio::test]
 async fn a_busy_model_is_not_unloaded_and_streams_finish() {
-    let dir = models_dir();
+    let dir = models_dir("busy");
     // Two loaded at most: smol streams, qwen3 is loaded and idle; asking for llama
     // unloads qwen3, never the busy smol.
     let server = serve_dir(&dir, &["--max-loaded-models", "2"]).await;
@@ -426,7 +427,7 @@ async fn a_busy_model_is_not_unloaded_and_streams_finish() {
 
 #[tokio::test]
 async fn an_idle_model_is_unloaded_and_loads_again() {
-    let dir = models_dir();
+    let dir = models_dir("idle");
     let server = serve_dir(&dir, &["--model-idle-unload", "1"]).await;
     let base = &server.base;
     let first = answers(base, Some("qwen3")).await;
