@@ -13,6 +13,8 @@
 //! step needs to pay for itself.
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
+//! `SLUICE_BENCH_PREFETCH=4096:l2,2048:l1` instead compares decode under prefetch
+//! settings of the matmul kernels, side by side (`compare_prefetch`).
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -35,6 +37,9 @@ fn main() {
         })
         .collect();
     m.forward(&mut kv, &rows, &[63]);
+    if let Ok(settings) = std::env::var("SLUICE_BENCH_PREFETCH") {
+        return compare_prefetch(&*m, &mut kv, &settings);
+    }
     for want in [true, false] {
         let t = Instant::now();
         for p in 64..192 {
@@ -165,5 +170,52 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
             line += &format!(" k={k} {ms:.2} ms ({:.2}x)", ms / base);
         }
         println!("{line}");
+    }
+}
+
+/// Decode steps (one slot, logits wanted) under each prefetch setting of `settings`
+/// ("4096:l2,2048:l1,0:off": bytes ahead and where to), in alternation, 16 tokens at a
+/// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
+/// only settings measured side by side in one process compare.
+fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
+    use sluice_kernels::Prefetch;
+    let settings: Vec<(usize, Prefetch, &str)> = settings
+        .split(',')
+        .map(|c| {
+            let (ahead, hint) = c.split_once(':').unwrap_or((c, "l2"));
+            let hint = match hint {
+                "l1" => Prefetch::L1,
+                "l2" => Prefetch::L2,
+                "nta" => Prefetch::Nta,
+                "off" => Prefetch::Off,
+                other => panic!("prefetch hint {other}: l1, l2, nta or off"),
+            };
+            (ahead.parse().expect("bytes ahead"), hint, c)
+        })
+        .collect();
+    let mut times = vec![Vec::new(); settings.len()];
+    for _ in 0..30 {
+        for (&(ahead, hint, _), t) in settings.iter().zip(times.iter_mut()) {
+            sluice_kernels::set_prefetch(ahead, hint);
+            let start = Instant::now();
+            for pos in 64..80 {
+                let row = TokenRow {
+                    token: 7,
+                    slot: 0,
+                    pos,
+                };
+                m.forward(kv, &[row], &[0]);
+            }
+            t.push(start.elapsed().as_secs_f64() / 16.0 * 1e3);
+        }
+    }
+    for ((_, _, name), t) in settings.iter().zip(times.iter_mut()) {
+        t.sort_by(f64::total_cmp);
+        println!(
+            "prefetch {name}: fastest {:.3}, quartile {:.3}, median {:.3} ms/token",
+            t[0],
+            t[t.len() / 4],
+            t[t.len() / 2]
+        );
     }
 }

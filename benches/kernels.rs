@@ -29,7 +29,8 @@ fn main() {
 }
 
 fn run() {
-    if std::env::var("SLUICE_BENCH_ONLY").as_deref() == Ok("attention") {
+    let only = std::env::var("SLUICE_BENCH_ONLY").ok();
+    if only.as_deref() == Some("attention") {
         attention_table();
         attention_rows_table();
         slab_attention_table();
@@ -38,6 +39,9 @@ fn run() {
     let path = std::env::var_os("SLUICE_MODEL")
         .map(Into::into)
         .unwrap_or_else(sluice::config::default_model_path);
+    if only.as_deref() == Some("sweep") {
+        return sweep(&path);
+    }
     let rows: Vec<usize> = std::env::var("SLUICE_BENCH_ROWS")
         .unwrap_or_else(|_| "1,64".into())
         .split(',')
@@ -107,6 +111,77 @@ fn run() {
     attention_table();
     attention_rows_table();
     slab_attention_table();
+}
+
+/// The matmuls of one decode token and nothing else: every 2-D tensor of the file (the
+/// layers in order, then the output head), one activation row each, swept again and again
+/// so that every sweep reads the weights from memory. Its GB/s against the read bandwidth
+/// measured right before and after says how much of a decode step's distance from the
+/// roofline is in the matmuls and how much outside them (`benches/roofline.rs` has the
+/// whole step). `SLUICE_BENCH_ONLY=sweep`.
+fn sweep(path: &std::path::Path) {
+    let file = GgufFile::open(path).expect("a GGUF file");
+    let mut names: Vec<&String> = file.content.tensor_infos.keys().collect();
+    // Layers in numeric order, then the rest (the head).
+    let key = |n: &str| -> (usize, String) {
+        let layer = n
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(usize::MAX);
+        (layer, n.to_string())
+    };
+    names.sort_by_key(|n| key(n));
+    let mut mats = Vec::new();
+    let mut bytes_total = 0usize;
+    for name in names {
+        let (dtype, shape, bytes) = file.tensor(name).expect("a tensor");
+        if shape.len() != 2 {
+            continue;
+        }
+        if let Ok(lin) = QLinear::new(dtype, bytes, shape[0], shape[1]) {
+            bytes_total += bytes.len();
+            mats.push((lin, shape[1], shape[0]));
+        }
+    }
+    let x: Vec<Vec<f32>> = mats
+        .iter()
+        .map(|(_, cols, _)| {
+            (0..*cols)
+                .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.5)
+                .collect()
+        })
+        .collect();
+    let mut y: Vec<Vec<f32>> = mats.iter().map(|(_, _, rows)| vec![0f32; *rows]).collect();
+    let mut run = || {
+        for ((lin, _, _), (x, y)) in mats.iter().zip(x.iter().zip(y.iter_mut())) {
+            lin.matmul_input(&Input::new(x, 1), y);
+        }
+    };
+    run();
+    println!(
+        "{}: kernel level {:?}, threads {}, {} matrices, {:.1} MB",
+        path.display(),
+        sluice_kernels::Simd::current(),
+        sluice_kernels::threads::threads(),
+        mats.len(),
+        bytes_total as f64 / 1e6
+    );
+    println!(
+        "| round | read GB/s before | sweep ms | sweep GB/s | read GB/s after | of the higher |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for round in 0..5 {
+        let before = read_bandwidth();
+        let per = seconds_per_call(&mut run);
+        let after = read_bandwidth();
+        let gbs = bytes_total as f64 / per / 1e9;
+        println!(
+            "| {round} | {before:.1} | {:.3} | {gbs:.1} | {after:.1} | {:.0}% |",
+            per * 1e3,
+            100.0 * gbs / before.max(after)
+        );
+    }
 }
 
 /// Decode attention as a step of 32 streams meets it: every layer's query groups of 32

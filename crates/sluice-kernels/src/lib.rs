@@ -40,7 +40,9 @@ mod x86;
 pub use activation::{gelu_mul, silu_mul};
 pub use alloc::CountingAlloc;
 pub use attention::{attend_group, attend_rows, rows_per_tile};
-pub use layout::{ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, QuantActs, key_index};
+pub use layout::{
+    ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_prefetch,
+};
 pub use linear::{Input, LinearError, QLinear};
 pub use plain::exp_fast;
 pub use quantize::quantize;

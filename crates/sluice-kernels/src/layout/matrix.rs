@@ -9,11 +9,51 @@ pub const GROUP: usize = 16;
 /// Bytes per chunk (16 rows x 4 quants).
 pub(crate) const CHUNK: usize = 64;
 
-/// Bytes ahead of the quants being read that a few-row matmul prefetches. A decode step
-/// streams each small matrix from memory once, and the hardware prefetcher ramps up too
-/// late for matrices of a few hundred KB: prefetching 2 KB ahead made a decode step's
-/// layers 15% faster (`benches/forward`, SmolLM2 and Gemma 3); 1 and 4 KB did no better.
-pub(crate) const PREFETCH_AHEAD: usize = 2048;
+/// Bytes ahead of the quants being read that a few-row matmul prefetches, by default. A
+/// decode step streams each matrix from memory once, and the hardware prefetcher ramps up
+/// too late for matrices of a few hundred KB. Asking 2 KB ahead into L1 made a decode step's
+/// layers 15% faster than no prefetch where it was first tuned (`benches/forward`, SmolLM2
+/// and Gemma 3); on an AMD EPYC (Zen 4) VM, 4 KB ahead into L2 ([`Prefetch::L2`]) took
+/// 12-23% less time per decode token again than 2 KB into L1, and 2, 8, 16 or 32 KB, or
+/// the start of each task or the scales asked for as well, did no better
+/// (`SLUICE_BENCH_PREFETCH`, `benches/forward.rs`). A prefetch into L1 ties up one of the
+/// few L1 miss buffers per line until it arrives; into L2 it does not.
+pub(crate) const PREFETCH_AHEAD: usize = 4096;
+
+/// Where a few-row matmul's prefetches bring the weights ([`set_prefetch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Prefetch {
+    /// No software prefetch: the hardware prefetchers alone.
+    Off = 0,
+    /// Into L1 (`prefetcht0`).
+    L1 = 1,
+    /// Into L2 (`prefetcht1`), the default.
+    L2 = 2,
+    /// Non-temporal (`prefetchnta`).
+    Nta = 3,
+}
+
+/// `ahead << 2 | hint`.
+static PREFETCH: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(PREFETCH_AHEAD << 2 | Prefetch::L2 as usize);
+
+/// Sets how far ahead (bytes) and where a few-row (decode) matmul prefetches its weights:
+/// the knob `benches/forward.rs` turns to compare settings on one machine, in one process.
+/// Results never depend on it.
+pub fn set_prefetch(ahead: usize, hint: Prefetch) {
+    PREFETCH.store(
+        ahead << 2 | hint as usize,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The prefetch distance and hint (`Prefetch as u8`) in force.
+#[inline(always)]
+pub(crate) fn prefetch() -> (usize, u8) {
+    let v = PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
+    (v >> 2, (v & 3) as u8)
+}
 
 /// Activation rows up to which a matmul is bound by reading its weights (the AVX2 kernel
 /// prefetches each block once, by the tile of the first half).

@@ -10,5 +10,5 @@ pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
 pub use attn::{Attn, KEY_BLOCK, key_index};
-pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_AHEAD, PREFETCH_ROWS, folded_shift, high_bits};
-pub use matrix::{PackedMatrix, Part};
+pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits, prefetch};
+pub use matrix::{PackedMatrix, Part, Prefetch, set_prefetch};

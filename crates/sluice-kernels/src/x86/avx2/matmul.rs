@@ -11,7 +11,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::{GROUP, PREFETCH_AHEAD, PREFETCH_ROWS, PackedMatrix, Part, QuantActs};
+use super::prefetch_ahead;
+use crate::layout::{GROUP, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, prefetch};
 
 /// 8 scale lanes starting at lane `h * 8`.
 #[inline(always)]
@@ -99,13 +100,11 @@ unsafe fn tile<
         let hmask = _mm256_set1_epi8(if high_bits == 1 { 0x10 } else { 0x30 });
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
+        let (ahead, hint) = prefetch();
         for b in 0..nb {
             let q = q0.add(b * qb);
             if a.n <= PREFETCH_ROWS && h0 == 0 {
-                // A prefetch never faults: the addresses may run past the matrix.
-                for l in (0..qb).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH_AHEAD + l) as *const i8);
-                }
+                prefetch_ahead(q, qb, ahead, hint);
             }
             let mut isum = [[_mm256_setzero_si256(); H]; R];
             let mut part = [[_mm256_setzero_si256(); H]; R];

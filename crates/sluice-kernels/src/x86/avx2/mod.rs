@@ -23,6 +23,26 @@ pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
     }
 }
 
+/// Asks for the `len` bytes `ahead` bytes past `q` (a block of weights about to be read
+/// `ahead` bytes from now), a cache line at a time, into the cache `hint` names
+/// (`layout::Prefetch as u8`; `Off`: nothing).
+/// A prefetch never faults, so the addresses may run past the matrix.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_ahead(q: *const u8, len: usize, ahead: usize, hint: u8) {
+    for l in (0..len).step_by(64) {
+        let at = q.wrapping_add(ahead + l) as *const i8;
+        // SAFETY: the caller has SSE (every AVX2 CPU does); a prefetch does not fault.
+        unsafe {
+            match hint {
+                1 => _mm_prefetch::<_MM_HINT_T0>(at),
+                2 => _mm_prefetch::<_MM_HINT_T1>(at),
+                3 => _mm_prefetch::<_MM_HINT_NTA>(at),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Attention: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
 /// every head of the group), soft-cap and softmax over the window, then the values in
 /// 16-wide column strips. A block at a time: one table lookup per 16 positions. The sums
