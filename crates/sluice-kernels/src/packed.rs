@@ -15,9 +15,12 @@
 //! compact form is faster; a batch of rows is bound by the instructions that unpack it,
 //! and there a byte per quant is faster (1.2-1.6x, `benches/kernels`): such matrices keep
 //! a second, byte-per-quant copy for batches (`PackedMatrix::for_batches`). With AVX-512
-//! the compact form goes to the AVX2 kernel (decode: 15-25% less time per SmolLM2 Q4_K_M
-//! token than the byte form under the AVX-512 kernel) and the byte copy to the AVX-512
-//! one; both give a row the same bits. Scales and
+//! both go to the AVX-512 kernel, which merges a compact block's high plane into its
+//! nibbles with one shift and one ternary op per chunk: decode 6-12% less time per token
+//! than the compact form under the AVX2 kernel (SmolLM2 Q4_K_M, Gemma 3 on an AMD EPYC VM;
+//! Q5_0 at one row 1.6x the weight GB/s from cache, `benches/kernels`); from 8 rows the
+//! byte copy stays 10-30% faster (`SLUICE_BATCH_COPY=0` against the default). The two
+//! forms give a row the same bits. Scales and
 //! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the
 //! legacy formats) and f32 otherwise; where the offset is a fixed multiple of the scale
 //! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
@@ -237,14 +240,12 @@ impl PackedMatrix {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
-            Simd::Avx512
-                if !self.signed
-                    && self.high() == 0
-                    && (self.m_of_d.is_none() || fold.is_some()) =>
-            unsafe { crate::x86::avx512::matmul::packed_groups(self, a, part, y, stride, fold) },
+            Simd::Avx512 if !self.signed && (self.m_of_d.is_none() || fold.is_some()) => unsafe {
+                crate::x86::avx512::matmul::packed_groups(self, a, part, y, stride, fold)
+            },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above (an AVX-512 CPU has AVX2). Compact 5- and 6-bit matrices
-            // (decode) run here.
+            // SAFETY: as above (an AVX-512 CPU has AVX2). Offsets derived from the scales
+            // that the AVX-512 kernel cannot fold (none of today's formats) run here.
             Simd::Avx512 => unsafe {
                 crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
             },

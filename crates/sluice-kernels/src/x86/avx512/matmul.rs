@@ -77,10 +77,18 @@ impl Group {
     }
 }
 
-/// One block's quants (`q`) as `BK / 4` chunk registers of 16 lanes x 4 bytes.
+/// One block's quants (`q`) as `BK / 4` chunk registers of 16 lanes x 4 bytes. With
+/// `HIGH` (1 or 2: compact 5- and 6-bit quants), the bits above each nibble come from the
+/// block's high plane at `q + plane_at`: its byte `4j + t` holds, for every chunk `c`, the
+/// high bits of row `j`'s quant `4c + t` at bits `HIGH·c..`, the same byte as the quant's
+/// lane in chunk `c`'s register, so one shift and one ternary op merge them per chunk.
 #[inline(always)]
-unsafe fn weights<const NIB: bool, const BK: usize>(q: *const u8) -> [__m512i; 8] {
-    // SAFETY: `q` points at a whole block's quant bytes; features enabled by the caller.
+unsafe fn weights<const NIB: bool, const BK: usize, const HIGH: usize>(
+    q: *const u8,
+    plane_at: usize,
+) -> [__m512i; 8] {
+    // SAFETY: `q` points at a whole block's quant bytes (its high plane included);
+    // features enabled by the caller.
     unsafe {
         let chunks = BK / 4;
         let mut w = [_mm512_setzero_si512(); 8];
@@ -90,6 +98,22 @@ unsafe fn weights<const NIB: bool, const BK: usize>(q: *const u8) -> [__m512i; 8
                 let raw = _mm512_loadu_si512(q.add(64 * v) as *const __m512i);
                 w[v] = _mm512_and_si512(raw, low);
                 w[v + chunks / 2] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            }
+            if HIGH > 0 {
+                let plane = _mm512_loadu_si512(q.add(plane_at) as *const __m512i);
+                let mask = _mm512_set1_epi8(if HIGH == 1 { 0x10 } else { 0x30 });
+                for (c, wc) in w.iter_mut().enumerate().take(chunks) {
+                    // Chunk c's bits moved to bit 4 (and 5) of each byte: 16-bit shifts
+                    // by at most 4 bring no bit of the neighbouring byte there.
+                    let s = 4 - (HIGH * c) as i32;
+                    let moved = if s >= 0 {
+                        _mm512_sll_epi16(plane, _mm_cvtsi32_si128(s))
+                    } else {
+                        _mm512_srl_epi16(plane, _mm_cvtsi32_si128(-s))
+                    };
+                    // nibble | (moved & mask)
+                    *wc = _mm512_ternarylogic_epi32::<0xF8>(*wc, moved, mask);
+                }
             }
         } else {
             for (c, wc) in w.iter_mut().enumerate().take(chunks) {
@@ -161,7 +185,7 @@ fn opaque<T>(mut p: *const T) -> *const T {
 /// Group `g` against the 8 rows of tile `t` (`a.tiles`); with `FOLD`, `fold` is the
 /// `FOLDS` entry of the matrix's offset.
 #[inline(always)]
-unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool>(
+unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: usize>(
     p: &PackedMatrix,
     a: &QuantActs,
     g: usize,
@@ -183,7 +207,7 @@ unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool>(
         let group = Group::new(p, g);
         let mut acc = [_mm512_setzero_ps(); TILE];
         for b in 0..nb {
-            let w = weights::<NIB, BK>(group.quants(b));
+            let w = weights::<NIB, BK, HIGH>(group.quants(b), p.high_plane());
             let (dw, mw) = group.scales::<FOLD>(b);
             // Row k's chunk c of this block: x + 8k + c (in 4-byte words).
             let x = opaque(xt.add(b * BK / 32 * TILE * 32 + b * BK % 32) as *const i32);
@@ -232,7 +256,7 @@ unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool>(
 /// Group `g` against row-major activation row `i` alone; with `FOLD`, `shift` is the
 /// offset's `s`.
 #[inline(always)]
-unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool>(
+unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: usize>(
     p: &PackedMatrix,
     a: &QuantActs,
     g: usize,
@@ -258,7 +282,7 @@ unsafe fn lone<const NIB: bool, const BK: usize, const FOLD: bool>(
                 // 10.9 -> 9.9 ms on Gemma 3, alternating in one process).
                 prefetch_ahead(q, group.qb, ahead, hint);
             }
-            let w = weights::<NIB, BK>(q);
+            let w = weights::<NIB, BK, HIGH>(q, p.high_plane());
             let (dw, mw) = group.scales::<FOLD>(b);
             let at = i * cols + b * BK;
             let start = if FOLD {
@@ -306,7 +330,7 @@ unsafe fn put(
 }
 
 #[inline(always)]
-unsafe fn run<const NIB: bool, const BK: usize, const FOLD: bool>(
+unsafe fn run<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: usize>(
     p: &PackedMatrix,
     a: &QuantActs,
     part: Part,
@@ -324,14 +348,14 @@ unsafe fn run<const NIB: bool, const BK: usize, const FOLD: bool>(
         for g in part.groups.clone() {
             let mut i = part.rows.start;
             while i.is_multiple_of(TILE) && i + TILE <= tiled_end {
-                let acc = tile::<NIB, BK, FOLD>(p, a, g, i / TILE, fold);
+                let acc = tile::<NIB, BK, FOLD, HIGH>(p, a, g, i / TILE, fold);
                 for (k, v) in acc.iter().enumerate() {
                     put(p, full, g, i + k, *v, y, stride);
                 }
                 i += TILE;
             }
             while i < end {
-                let acc = lone::<NIB, BK, FOLD>(p, a, g, i, shift);
+                let acc = lone::<NIB, BK, FOLD, HIGH>(p, a, g, i, shift);
                 put(p, full, g, i, acc, y, stride);
                 i += 1;
             }
@@ -356,13 +380,17 @@ pub(crate) unsafe fn packed_groups(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (p.nibbles, p.bk, fold) {
-            (true, 32, None) => run::<true, 32, false>(p, a, part, y, stride, 0),
-            (true, 32, Some(f)) => run::<true, 32, true>(p, a, part, y, stride, f),
-            (false, 32, None) => run::<false, 32, false>(p, a, part, y, stride, 0),
-            (false, 32, Some(f)) => run::<false, 32, true>(p, a, part, y, stride, f),
-            (false, 16, None) => run::<false, 16, false>(p, a, part, y, stride, 0),
-            (false, 16, Some(f)) => run::<false, 16, true>(p, a, part, y, stride, f),
+        match (p.nibbles, p.bk, fold, p.high()) {
+            (true, 32, None, 0) => run::<true, 32, false, 0>(p, a, part, y, stride, 0),
+            (true, 32, Some(f), 0) => run::<true, 32, true, 0>(p, a, part, y, stride, f),
+            (true, 32, None, 1) => run::<true, 32, false, 1>(p, a, part, y, stride, 0),
+            (true, 32, Some(f), 1) => run::<true, 32, true, 1>(p, a, part, y, stride, f),
+            (true, 16, None, 2) => run::<true, 16, false, 2>(p, a, part, y, stride, 0),
+            (true, 16, Some(f), 2) => run::<true, 16, true, 2>(p, a, part, y, stride, f),
+            (false, 32, None, 0) => run::<false, 32, false, 0>(p, a, part, y, stride, 0),
+            (false, 32, Some(f), 0) => run::<false, 32, true, 0>(p, a, part, y, stride, f),
+            (false, 16, None, 0) => run::<false, 16, false, 0>(p, a, part, y, stride, 0),
+            (false, 16, Some(f), 0) => run::<false, 16, true, 0>(p, a, part, y, stride, f),
             other => unreachable!("layout {other:?}"),
         }
     }
