@@ -153,3 +153,47 @@ pub fn decode_row(dtype: GgmlDType, row: &[u8], u: &mut [u8], d: &mut [f32], m: 
         }
     }
 }
+
+/// The K-quants' scales and offsets as the file keeps them: per GGUF block (a super-block
+/// of `block_weights / bk` blocks) one f16 scale `dsup` and one f16 `msup` (-dmin), and
+/// per block a small integer `dsub` (`msub`), so that `decode_row`'s `d = dsup · dsub`
+/// and `m = msup · msub` exactly (an f16 times an integer below 2^8 fits an f32's
+/// mantissa). `None` for the other formats. Fills one row's values.
+pub fn k_factors(
+    dtype: GgmlDType,
+    row: &[u8],
+    dsup: &mut [f32],
+    msup: &mut [f32],
+    dsub: &mut [i8],
+    msub: &mut [i8],
+) -> Option<()> {
+    let f = Format::of(dtype)?;
+    let per = f.block_weights / f.bk;
+    for (i, blk) in row.chunks_exact(f.block_bytes).enumerate() {
+        let (dsub, msub) = (
+            &mut dsub[i * per..(i + 1) * per],
+            &mut msub[i * per..(i + 1) * per],
+        );
+        match dtype {
+            GgmlDType::Q4K | GgmlDType::Q5K => {
+                dsup[i] = h(blk, 0);
+                msup[i] = -h(blk, 2);
+                for s in 0..per {
+                    let (sc, mn) = scale_min_k4(s, &blk[4..16]);
+                    dsub[s] = sc as i8;
+                    msub[s] = mn as i8;
+                }
+            }
+            GgmlDType::Q6K => {
+                dsup[i] = h(blk, 208);
+                msup[i] = 0.0;
+                for s in 0..per {
+                    dsub[s] = blk[192 + s] as i8;
+                    msub[s] = 0;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(())
+}

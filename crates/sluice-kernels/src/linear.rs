@@ -97,6 +97,9 @@ pub struct QLinear {
 
 /// Where the weights live: a fast-path packing (with its batch copy, if it has one) or a
 /// generic block source.
+// One per weight matrix, built once and never moved on a hot path: boxing the packed
+// form would only add a pointer chase to every matmul.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     Packed(PackedMatrix, Option<PackedMatrix>),
     Dense(Dense),

@@ -21,9 +21,13 @@
 //! Q5_0 at one row 1.6x the weight GB/s from cache, `benches/kernels`); from 8 rows the
 //! byte copy stays 10-30% faster (`SLUICE_BATCH_COPY=0` against the default). The two
 //! forms give a row the same bits. Scales and
-//! offsets are stored per group and block as 16 lanes, in f16 when that is exact (the
-//! legacy formats) and f32 otherwise; where the offset is a fixed multiple of the scale
-//! (Q4_0, Q5_0, Q6_K, Q8_0) it is not stored but derived.
+//! offsets are stored per group and block as 16 lanes: in f16 when that is exact (the
+//! legacy formats); for the K-quants as the file keeps them, an i8 per block times an f16
+//! per super-block of 256 weights (`Factors`, exact: the kernels multiply the two back
+//! into the same f32), so a decode token reads 4.6 bits per Q4_K weight and 6.6 per Q6_K
+//! weight, as the file stores them, instead of 6 and 8 with f32 lanes; f32 otherwise.
+//! Where the offset is a fixed multiple of the scale (Q4_0, Q5_0, Q6_K, Q8_0) it is not
+//! stored but derived.
 //!
 //! The matmul is `y = Σ_blocks d_w·d_a·(u·q_a) + m_w·(d_a·Σq_a)` with int8 activations
 //! (`acts.rs`). Where the offset is `-2^s·d` (Q4_0, Q5_0, Q6_K in the AVX2 kernel's 16-bit
@@ -37,7 +41,7 @@ use candle_core::quantized::GgmlDType;
 use half::f16;
 use rayon::prelude::*;
 
-use crate::formats::{Format, decode_row};
+use crate::formats::{Format, decode_row, k_factors};
 use crate::layout::{CHUNK, FOLDS, GROUP, PackedMatrix, Part, QuantActs, high_bits};
 use crate::simd::Simd;
 
@@ -131,9 +135,12 @@ impl PackedMatrix {
             bits,
             m_of_d,
             half,
+            factored: 0,
             qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles, high)],
             d: Vec::new(),
             m: Vec::new(),
+            dsup: Vec::new(),
+            msup: Vec::new(),
         };
         let qb = p.block_quant_bytes();
         p.qs.par_chunks_mut(qb).enumerate().for_each(|(i, out)| {
@@ -160,6 +167,32 @@ impl PackedMatrix {
                 v.iter().flat_map(|x| x.to_le_bytes()).collect()
             }
         };
+        // K-quant scales kept as the file keeps them where that gives every value
+        // exactly: a decode token then reads 4.6 bits per Q4_K weight instead of 6 (f32
+        // scale and offset per 32 weights), 6.6 per Q6_K weight instead of 8.
+        let factors = if half {
+            None
+        } else {
+            Factors::of(
+                dtype,
+                bytes,
+                rows,
+                row_bytes,
+                groups * GROUP,
+                &d,
+                m_of_d.is_none().then_some(&m[..]),
+            )
+        };
+        if let Some(fs) = factors {
+            p.factored = fs.per;
+            p.d = fs.sub_lanes(&fs.dsub, groups, nb);
+            p.dsup = fs.sup_lanes(&fs.dsup, groups, nb / fs.per);
+            if m_of_d.is_none() {
+                p.m = fs.sub_lanes(&fs.msub, groups, nb);
+                p.msup = fs.sup_lanes(&fs.msup, groups, nb / fs.per);
+            }
+            return Some(p);
+        }
         p.d = bytes_of(lanes(&d));
         if m_of_d.is_none() {
             p.m = bytes_of(lanes(&m));
@@ -268,6 +301,88 @@ pub(crate) fn fold512(p: &PackedMatrix) -> Option<usize> {
     FOLDS
         .iter()
         .position(|&(bk, s)| bk == p.bk && k == -((1u32 << s) as f32))
+}
+
+/// A matrix's K-quant scales factored (`formats::k_factors`), by row: `[row][block]`
+/// integers and `[row][super-block]` f16-exact scales.
+struct Factors {
+    per: usize,
+    dsub: Vec<i8>,
+    msub: Vec<i8>,
+    dsup: Vec<f32>,
+    msup: Vec<f32>,
+}
+
+impl Factors {
+    /// The factors of a matrix whose decoded scales are `d` and stored offsets `m`
+    /// (`[row][block]`, `padded` rows; `None` when derived from the scales), if its format
+    /// has them and they give every value exactly.
+    fn of(
+        dtype: GgmlDType,
+        bytes: &[u8],
+        rows: usize,
+        row_bytes: usize,
+        padded: usize,
+        d: &[f32],
+        m: Option<&[f32]>,
+    ) -> Option<Self> {
+        let f = Format::of(dtype)?;
+        let per = f.block_weights / f.bk;
+        let nb = d.len() / padded;
+        let supers = nb / per;
+        let mut fs = Self {
+            per,
+            dsub: vec![0; padded * nb],
+            msub: vec![0; padded * nb],
+            dsup: vec![0.0; padded * supers],
+            msup: vec![0.0; padded * supers],
+        };
+        for r in 0..rows {
+            k_factors(
+                dtype,
+                &bytes[r * row_bytes..(r + 1) * row_bytes],
+                &mut fs.dsup[r * supers..(r + 1) * supers],
+                &mut fs.msup[r * supers..(r + 1) * supers],
+                &mut fs.dsub[r * nb..(r + 1) * nb],
+                &mut fs.msub[r * nb..(r + 1) * nb],
+            )?;
+        }
+        let exact = (0..padded * nb).all(|i| {
+            let s = i / nb * supers + i % nb / per;
+            let f16_exact = |v: f32| f16::from_f32(v).to_f32() == v;
+            fs.dsub[i] as f32 * fs.dsup[s] == d[i]
+                && f16_exact(fs.dsup[s])
+                && m.is_none_or(|m| fs.msub[i] as f32 * fs.msup[s] == m[i] && f16_exact(fs.msup[s]))
+        });
+        exact.then_some(fs)
+    }
+
+    /// `[group][block][16 lanes]` bytes of per-block integers.
+    fn sub_lanes(&self, v: &[i8], groups: usize, nb: usize) -> Vec<u8> {
+        let mut out = vec![0u8; groups * nb * GROUP];
+        for g in 0..groups {
+            for b in 0..nb {
+                for j in 0..GROUP {
+                    out[(g * nb + b) * GROUP + j] = v[(g * GROUP + j) * nb + b] as u8;
+                }
+            }
+        }
+        out
+    }
+
+    /// `[group][super-block][16 lanes]` f16 bytes of per-super-block scales.
+    fn sup_lanes(&self, v: &[f32], groups: usize, supers: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(groups * supers * GROUP * 2);
+        for g in 0..groups {
+            for s in 0..supers {
+                for j in 0..GROUP {
+                    let x = f16::from_f32(v[(g * GROUP + j) * supers + s]);
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

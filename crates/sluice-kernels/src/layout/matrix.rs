@@ -91,9 +91,16 @@ pub struct PackedMatrix {
     pub(crate) m_of_d: Option<f32>,
     /// Scales stored as f16 (else f32).
     pub(crate) half: bool,
+    /// Blocks per super-block when the scales are factored as the K-quants store them
+    /// (`formats::k_factors`): `d` and `m` then hold one i8 per lane and block, and
+    /// `dsup`/`msup` one f16 per lane and super-block, `d = dsup · d[..]` exactly.
+    /// 0: `d` and `m` hold the whole values (f16 or f32, `half`).
+    pub(crate) factored: usize,
     pub(crate) qs: Vec<u8>,
     pub(crate) d: Vec<u8>,
     pub(crate) m: Vec<u8>,
+    pub(crate) dsup: Vec<u8>,
+    pub(crate) msup: Vec<u8>,
 }
 
 impl PackedMatrix {
@@ -148,11 +155,25 @@ impl PackedMatrix {
         self.block(g, b).as_ptr()
     }
 
-    /// Scales and offsets of (group, block): 16 lanes each, f16 or f32 (`half`). The
-    /// offsets' pointer is null when they are derived (`m_of_d`).
+    /// Bytes of one (group, block)'s 16 scale lanes as stored: i8 when `factored`, else
+    /// f16 or f32 (`half`).
+    #[inline(always)]
+    pub(crate) fn lane_bytes(&self) -> usize {
+        GROUP
+            * if self.factored > 0 {
+                1
+            } else if self.half {
+                2
+            } else {
+                4
+            }
+    }
+
+    /// Scales and offsets of (group, block): 16 lanes each (`lane_bytes`). The offsets'
+    /// pointer is null when they are derived (`m_of_d`).
     #[inline(always)]
     pub(crate) fn scales(&self, g: usize, b: usize) -> (*const u8, *const u8) {
-        let size = GROUP * if self.half { 2 } else { 4 };
+        let size = self.lane_bytes();
         let i = (g * self.blocks() + b) * size;
         let m = if self.m_of_d.is_some() {
             std::ptr::null()
@@ -162,22 +183,47 @@ impl PackedMatrix {
         (self.d[i..i + size].as_ptr(), m)
     }
 
+    /// With `factored`, the f16 super-block scales and offsets (16 lanes each) that block
+    /// `b` of group `g` multiplies its integers by; null pointers otherwise (and for
+    /// derived offsets).
+    #[inline(always)]
+    pub(crate) fn supers(&self, g: usize, b: usize) -> (*const u8, *const u8) {
+        if self.factored == 0 {
+            return (std::ptr::null(), std::ptr::null());
+        }
+        let supers = self.blocks() / self.factored;
+        let i = (g * supers + b / self.factored) * GROUP * 2;
+        let m = if self.m_of_d.is_some() {
+            std::ptr::null()
+        } else {
+            self.msup[i..i + GROUP * 2].as_ptr()
+        };
+        (self.dsup[i..i + GROUP * 2].as_ptr(), m)
+    }
+
     /// The scale of row `j` of (group, block).
     pub(crate) fn scale_of(&self, g: usize, b: usize, j: usize) -> f32 {
-        self.scale_at(&self.d, g, b, j)
+        self.scale_at(&self.d, &self.dsup, g, b, j)
     }
 
     /// The offset of row `j` of (group, block).
     pub(crate) fn offset_at(&self, g: usize, b: usize, j: usize) -> f32 {
         match self.m_of_d {
-            Some(k) => k * self.scale_at(&self.d, g, b, j),
-            None => self.scale_at(&self.m, g, b, j),
+            Some(k) => k * self.scale_of(g, b, j),
+            None => self.scale_at(&self.m, &self.msup, g, b, j),
         }
     }
 
-    fn scale_at(&self, v: &[u8], g: usize, b: usize, j: usize) -> f32 {
+    fn scale_at(&self, v: &[u8], sup: &[u8], g: usize, b: usize, j: usize) -> f32 {
         let i = (g * self.blocks() + b) * GROUP + j;
-        if self.half {
+        if let (Some(supers), Some(s)) = (
+            self.blocks().checked_div(self.factored),
+            b.checked_div(self.factored),
+        ) {
+            let k = (g * supers + s) * GROUP + j;
+            let s = f16::from_le_bytes([sup[2 * k], sup[2 * k + 1]]).to_f32();
+            (v[i] as i8) as f32 * s
+        } else if self.half {
             f16::from_le_bytes([v[2 * i], v[2 * i + 1]]).to_f32()
         } else {
             f32::from_le_bytes(v[4 * i..4 * i + 4].try_into().expect("4 bytes"))
@@ -234,7 +280,7 @@ impl PackedMatrix {
     pub fn row(&self, r: usize, out: &mut [f32]) {
         let (g, j) = (r / GROUP, r % GROUP);
         for b in 0..self.blocks() {
-            let d = self.scale_at(&self.d, g, b, j);
+            let d = self.scale_of(g, b, j);
             let m = self.offset_at(g, b, j);
             let q = self.block(g, b);
             for t in 0..self.bk {

@@ -160,19 +160,24 @@ fn every_format_matches_candle_on_every_level(level: Simd) {
 }
 
 #[test]
-fn legacy_scales_stay_f16_and_k_quant_scales_f32() {
+fn legacy_scales_stay_f16_and_k_quant_scales_stay_factored() {
     let (b, _) = quantised::<BlockQ4_1>(16, 64);
-    assert!(
-        PackedMatrix::new(GgmlDType::Q4_1, &b, 16, 64)
-            .expect("q4_1")
-            .half
-    );
+    let p = PackedMatrix::new(GgmlDType::Q4_1, &b, 16, 64).expect("q4_1");
+    assert!(p.half && p.factored == 0);
+    // As the file keeps them: an i8 per row and block of 32 (16), an f16 per row and
+    // super-block of 256, for the scales and (Q4_K) the offsets.
+    let (b, _) = quantised::<BlockQ4K>(16, 512);
+    let p = PackedMatrix::new(GgmlDType::Q4K, &b, 16, 512).expect("q4_k");
+    assert_eq!(p.factored, 8);
+    assert_eq!((p.d.len(), p.m.len()), (16 * 16, 16 * 16));
+    assert_eq!((p.dsup.len(), p.msup.len()), (16 * 2 * 2, 16 * 2 * 2));
     let (b, _) = quantised::<BlockQ6K>(16, 256);
-    assert!(
-        !PackedMatrix::new(GgmlDType::Q6K, &b, 16, 256)
-            .expect("q6_k")
-            .half
-    );
+    let p = PackedMatrix::new(GgmlDType::Q6K, &b, 16, 256).expect("q6_k");
+    assert_eq!(p.factored, 16);
+    assert_eq!((p.d.len(), p.m.len(), p.dsup.len()), (16 * 16, 0, 16 * 2));
+    // Bytes a decode token reads per weight: the file's 6.5625 bits for Q6_K.
+    let bits = (p.qs.len() + p.d.len() + p.dsup.len()) as f64 * 8.0 / (16.0 * 256.0);
+    assert_eq!(bits, 6.5625);
 }
 
 crate::level_tests!(largest_quants_against_largest_activations_stay_exact);

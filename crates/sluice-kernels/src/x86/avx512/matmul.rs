@@ -29,6 +29,18 @@ unsafe fn lanes512(p: *const u8, half: bool) -> __m512 {
     }
 }
 
+/// 16 lanes of factored scales (`PackedMatrix::factored`): i8 integers at `sub` times the
+/// f16 super-block scales at `sup`, exactly the values the unfactored form stores.
+#[inline(always)]
+unsafe fn factored512(sub: *const u8, sup: *const u8) -> __m512 {
+    // SAFETY: `sub` holds 16 bytes and `sup` 16 f16; features enabled by the caller.
+    unsafe {
+        let ints = _mm512_cvtepi8_epi32(_mm_loadu_si128(sub as *const __m128i));
+        let s = _mm512_cvtph_ps(_mm256_loadu_si256(sup as *const __m256i));
+        _mm512_mul_ps(_mm512_cvtepi32_ps(ints), s)
+    }
+}
+
 /// One weight group's blocks: where each block's quants and scale lanes are.
 struct Group {
     q0: *const u8,
@@ -37,19 +49,28 @@ struct Group {
     m0: *const u8,
     lane_bytes: usize,
     half: bool,
+    /// Blocks per super-block of factored scales (0: not factored), and the group's
+    /// super-block scales and offsets.
+    factored: usize,
+    ds0: *const u8,
+    ms0: *const u8,
 }
 
 impl Group {
     #[inline(always)]
     fn new(p: &PackedMatrix, g: usize) -> Self {
         let (d0, m0) = p.scales(g, 0);
+        let (ds0, ms0) = p.supers(g, 0);
         Self {
             q0: p.quants(g, 0),
             qb: p.block_quant_bytes(),
             d0,
             m0,
-            lane_bytes: GROUP * if p.half { 2 } else { 4 },
+            lane_bytes: p.lane_bytes(),
             half: p.half,
+            factored: p.factored,
+            ds0,
+            ms0,
         }
     }
 
@@ -63,16 +84,31 @@ impl Group {
     /// Block `b`'s scales and, without `FOLD`, offsets (with it, the scales stand in).
     #[inline(always)]
     unsafe fn scales<const FOLD: bool>(&self, b: usize) -> (__m512, __m512) {
-        // SAFETY: `b` is a block of the group, whose offsets are stored unless `FOLD`;
-        // features enabled by the caller.
+        // SAFETY: `b` is a block of the group, whose offsets are stored unless `FOLD`
+        // (and whose super-block lanes are stored when factored); features enabled by
+        // the caller.
         unsafe {
-            let dw = lanes512(self.d0.add(b * self.lane_bytes), self.half);
+            let dw = self.lanes(self.d0, self.ds0, b);
             let mw = if FOLD {
                 dw
             } else {
-                lanes512(self.m0.add(b * self.lane_bytes), self.half)
+                self.lanes(self.m0, self.ms0, b)
             };
             (dw, mw)
+        }
+    }
+
+    /// Block `b`'s 16 lanes of the scales (or offsets) stored from `base`, with their
+    /// super-block lanes from `sup` when factored.
+    #[inline(always)]
+    unsafe fn lanes(&self, base: *const u8, sup: *const u8, b: usize) -> __m512 {
+        // SAFETY: as in `scales`.
+        unsafe {
+            if let Some(s) = b.checked_div(self.factored) {
+                factored512(base.add(b * self.lane_bytes), sup.add(s * GROUP * 2))
+            } else {
+                lanes512(base.add(b * self.lane_bytes), self.half)
+            }
         }
     }
 }
