@@ -314,14 +314,7 @@ unsafe fn run256<
         };
         // Many rows against factored scales: each group's scales expanded once, not once
         // per tile (10-20% of a K-quant matmul at 64 rows otherwise).
-        let mut expanded = (p.factored > 0 && part.rows.len() > PREFETCH_ROWS).then(|| Expanded {
-            d: vec![0.0; p.blocks() * GROUP],
-            m: if p.m_of_d.is_none() {
-                vec![0.0; p.blocks() * GROUP]
-            } else {
-                Vec::new()
-            },
-        });
+        let mut expanded = Expanded::for_rows(p, part.rows.len());
         macro_rules! tile {
             (both, $r:literal, $g:expr, $i:expr) => {{
                 let t = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 2, $r>(
@@ -393,18 +386,31 @@ unsafe fn run256<
 
 /// One group's factored scales and offsets (`PackedMatrix::factored`) as f32 lanes,
 /// `[block][16]`: exactly the values the unfactored form stores.
-struct Expanded {
-    d: Vec<f32>,
-    m: Vec<f32>,
+pub(crate) struct Expanded {
+    pub(crate) d: Vec<f32>,
+    pub(crate) m: Vec<f32>,
 }
 
 impl Expanded {
+    /// Buffers for `p`'s groups when it is factored and a part of `rows` activation rows
+    /// is worth expanding its scales for (more than a decode step's few rows).
+    pub(crate) fn for_rows(p: &PackedMatrix, rows: usize) -> Option<Self> {
+        (p.factored > 0 && rows > PREFETCH_ROWS).then(|| Self {
+            d: vec![0.0; p.blocks() * GROUP],
+            m: if p.m_of_d.is_none() {
+                vec![0.0; p.blocks() * GROUP]
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
     /// Group `g`'s lanes.
     ///
     /// # Safety
     /// `p` is factored and `g` one of its groups; avx2 and f16c enabled by the caller.
     #[inline(always)]
-    unsafe fn fill(&mut self, p: &PackedMatrix, g: usize) {
+    pub(crate) unsafe fn fill(&mut self, p: &PackedMatrix, g: usize) {
         let (d0, m0) = p.scales(g, 0);
         let (ds0, ms0) = p.supers(g, 0);
         // SAFETY: every block's 16 i8 lanes and its super-block's 16 f16 lanes are inside

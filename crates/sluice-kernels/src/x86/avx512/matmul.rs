@@ -10,6 +10,7 @@
 
 use std::arch::x86_64::*;
 
+use crate::x86::avx2::matmul::Expanded;
 use crate::x86::avx2::prefetch_ahead;
 
 use crate::layout::{
@@ -57,6 +58,29 @@ struct Group {
 }
 
 impl Group {
+    /// Group `g`, its scales read from `ex` (this group's, expanded) when given.
+    #[inline(always)]
+    fn with(p: &PackedMatrix, g: usize, ex: Option<&Expanded>) -> Self {
+        let Some(ex) = ex else {
+            return Self::new(p, g);
+        };
+        Self {
+            q0: p.quants(g, 0),
+            qb: p.block_quant_bytes(),
+            d0: ex.d.as_ptr() as *const u8,
+            m0: if ex.m.is_empty() {
+                std::ptr::null()
+            } else {
+                ex.m.as_ptr() as *const u8
+            },
+            lane_bytes: GROUP * 4,
+            half: false,
+            factored: 0,
+            ds0: std::ptr::null(),
+            ms0: std::ptr::null(),
+        }
+    }
+
     #[inline(always)]
     fn new(p: &PackedMatrix, g: usize) -> Self {
         let (d0, m0) = p.scales(g, 0);
@@ -227,6 +251,7 @@ unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: u
     g: usize,
     t: usize,
     fold: usize,
+    ex: Option<&Expanded>,
 ) -> [__m512; TILE] {
     let nb = p.blocks();
     let tiles = &a.tiles;
@@ -240,7 +265,7 @@ unsafe fn tile<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: u
         let dt = tiles.d.as_ptr().add(t * per / 32);
         let st = tiles.sums(BK).as_ptr().wrapping_add(t * TILE * nb);
         let zt = tiles.z[fold].as_ptr().wrapping_add(t * TILE * nb);
-        let group = Group::new(p, g);
+        let group = Group::with(p, g, ex);
         let mut acc = [_mm512_setzero_ps(); TILE];
         for b in 0..nb {
             let w = weights::<NIB, BK, HIGH>(group.quants(b), p.high_plane());
@@ -381,10 +406,17 @@ unsafe fn run<const NIB: bool, const BK: usize, const FOLD: bool, const HIGH: us
         // Rows in whole tiles that start where a tile starts.
         let tiled_end = end.min(a.tiles.n * TILE);
         let shift = FOLDS[fold].1;
+        // Many rows against factored scales: each group's scales expanded once, not once
+        // per tile of 8 rows.
+        let tiled = tiled_end.saturating_sub(part.rows.start);
+        let mut expanded = Expanded::for_rows(p, tiled);
         for g in part.groups.clone() {
+            if let Some(e) = expanded.as_mut() {
+                e.fill(p, g);
+            }
             let mut i = part.rows.start;
             while i.is_multiple_of(TILE) && i + TILE <= tiled_end {
-                let acc = tile::<NIB, BK, FOLD, HIGH>(p, a, g, i / TILE, fold);
+                let acc = tile::<NIB, BK, FOLD, HIGH>(p, a, g, i / TILE, fold, expanded.as_ref());
                 for (k, v) in acc.iter().enumerate() {
                     put(p, full, g, i + k, *v, y, stride);
                 }
