@@ -12,7 +12,11 @@
 //! Last, decode attention of one query group for two head shapes, from L1, decode and
 //! prompt-tile attention over a long context (`attend_rows`), and a whole 32-stream step's
 //! decode attention over a KV slab, from memory. `SLUICE_BENCH_ONLY=attention` runs only
-//! the attention tables (no model file needed).
+//! the attention tables (no model file needed); `SLUICE_BENCH_ONLY=threads` what it costs
+//! the compute threads to start and join a parallel region (`kernels/sync.rs`).
+
+#[path = "kernels/sync.rs"]
+mod sync;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -30,6 +34,9 @@ fn main() {
 
 fn run() {
     let only = std::env::var("SLUICE_BENCH_ONLY").ok();
+    if only.as_deref() == Some("threads") {
+        return sync::table();
+    }
     if only.as_deref() == Some("attention") {
         attention_table();
         attention_rows_table();

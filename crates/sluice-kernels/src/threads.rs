@@ -8,14 +8,26 @@
 //! starts within a cache-line transfer, and they only go to sleep after
 //! [`SPIN`] without work (between requests), so an idle server burns no CPU.
 //!
-//! Protocol. One atomic word, `state`, holds the current job's epoch, its task count and
-//! the next unclaimed task. The caller writes the job's closure pointer, then publishes a
-//! new epoch with index 0. Any thread claims a task by a compare-and-swap that increments
-//! the index of that exact (epoch, count, index) value, so a claim of task `i < count`
-//! always belongs to the job it read, whose caller is still waiting (it returns only once
-//! `done` reaches `count`), which keeps the closure alive for the claimed task. A helper
-//! that arrives late sees a different epoch, or an index past the count, and claims
-//! nothing.
+//! Protocol. One atomic word, `state`, holds the current job's epoch and task count; one
+//! more word per thread, each on its own cache line, holds that thread's share of the
+//! tasks: the epoch and the range `lo..hi` still unclaimed. The caller writes the job's
+//! closure pointer and every share (thread `t` gets the `t`-th contiguous slice of the
+//! tasks), then publishes the new epoch. A thread claims from the front of its own share
+//! (a compare-and-swap on a line no other thread touches until then, so it costs no
+//! transfer between cores), and once that is empty steals one task at a time from the
+//! back of another's. A claim's compare-and-swap names the exact (epoch, lo, hi) it read,
+//! so a claim of a task always belongs to the job it read, whose caller is still waiting
+//! (it returns only once `done` counts every task), which keeps the closure alive for
+//! the claimed task. A helper that arrives late sees a different epoch, or empty shares,
+//! and claims nothing.
+//!
+//! Why shares rather than one shared counter: on a VM whose two vCPUs sit on two physical
+//! cores, a cache line takes about 160 ns to cross (`benches/kernels.rs`,
+//! `SLUICE_BENCH_ONLY=threads`), and a shared counter crossed on nearly every claim. And a
+//! thread that works through one contiguous slice of a matrix streams it front to back,
+//! its prefetches running ahead into its next task, where interleaved claims made every
+//! task a cold start. The threads still finish together: the one done first takes the
+//! other's last tasks.
 //!
 //! Results never depend on which thread runs a task: each task writes its own outputs.
 
@@ -39,12 +51,16 @@ const EPOCHS: u64 = (1 << (64 - 2 * BITS)) - 1;
 type Task<'a> = &'a (dyn Fn(usize) + Sync);
 
 struct Pool {
-    /// epoch << 2·BITS | count << BITS | next index.
-    state: AtomicU64,
+    /// epoch << 2·BITS | count << BITS.
+    state: Line<AtomicU64>,
+    /// Per thread (the caller is 0): epoch << 2·BITS | lo << BITS | hi, its share's
+    /// unclaimed tasks `lo..hi`.
+    shares: Box<[Line<AtomicU64>]>,
     /// Points at the current job's `Task` on the caller's stack.
     task: AtomicPtr<()>,
-    /// Tasks of the current job finished by helpers.
-    done: AtomicUsize,
+    /// Tasks of the current job finished by helpers (each adds its count once it finds
+    /// no task left).
+    done: Line<AtomicUsize>,
     /// A helper's task panicked; the caller re-raises it.
     panicked: Mutex<Option<Box<dyn Any + Send>>>,
     failed: AtomicBool,
@@ -53,6 +69,18 @@ struct Pool {
     helpers: OnceLock<Vec<Thread>>,
     /// One job at a time: a second caller runs its tasks itself.
     busy: Mutex<()>,
+}
+
+/// A value alone on its cache line (two lines: the adjacent-line prefetcher pairs them).
+#[repr(align(128))]
+#[derive(Default)]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 thread_local! {
@@ -65,9 +93,10 @@ fn pool() -> &'static Pool {
     static POOL: OnceLock<&'static Pool> = OnceLock::new();
     POOL.get_or_init(|| {
         let pool: &'static Pool = Box::leak(Box::new(Pool {
-            state: AtomicU64::new(0),
+            state: Line(AtomicU64::new(0)),
+            shares: (0..threads()).map(|_| Line::default()).collect(),
             task: AtomicPtr::new(std::ptr::null_mut()),
-            done: AtomicUsize::new(0),
+            done: Line(AtomicUsize::new(0)),
             panicked: Mutex::new(None),
             failed: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
@@ -78,7 +107,7 @@ fn pool() -> &'static Pool {
             .map(|i| {
                 std::thread::Builder::new()
                     .name(format!("sluice-compute-{i}"))
-                    .spawn(move || helper(pool))
+                    .spawn(move || helper(pool, i))
                     .expect("the compute threads start (a failure here is fatal at start-up)")
                     .thread()
                     .clone()
@@ -119,8 +148,13 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
         .store(&task as *const Task as *mut (), Ordering::Relaxed);
     pool.done.store(0, Ordering::Relaxed);
     let epoch = ((pool.state.load(Ordering::Relaxed) >> (2 * BITS)) + 1) & EPOCHS;
-    let start = epoch << (2 * BITS) | (n as u64) << BITS;
-    pool.state.store(start, Ordering::SeqCst);
+    let t = pool.shares.len();
+    for (k, share) in pool.shares.iter().enumerate() {
+        let (lo, hi) = ((k * n / t) as u64, ((k + 1) * n / t) as u64);
+        share.store(epoch << (2 * BITS) | lo << BITS | hi, Ordering::Relaxed);
+    }
+    pool.state
+        .store(epoch << (2 * BITS) | (n as u64) << BITS, Ordering::SeqCst);
     if pool.sleepers.load(Ordering::SeqCst) > 0 {
         pool.helpers
             .get()
@@ -130,7 +164,7 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
     }
     let mut mine = 0;
     let mut raised = None;
-    while let Some(i) = claim(pool, epoch) {
+    while let Some(i) = claim(pool, epoch, 0) {
         mine += 1;
         if raised.is_none()
             && let Err(e) = catch_unwind(AssertUnwindSafe(|| f(i)))
@@ -237,25 +271,34 @@ impl<'a, T> Chunks<'a, T> {
     }
 }
 
-/// Claims the next task of job `epoch`, if it has one left.
-fn claim(pool: &Pool, epoch: u64) -> Option<usize> {
-    let mut s = pool.state.load(Ordering::Acquire);
+/// Claims a task of job `epoch` for thread `me`: the front of its own share, else the
+/// back of another's, if any is left.
+fn claim(pool: &Pool, epoch: u64, me: usize) -> Option<usize> {
+    let t = pool.shares.len();
+    (0..t).find_map(|k| take(&pool.shares[(me + k) % t], epoch, k == 0))
+}
+
+/// One task off the front (`own`) or the back of a share of job `epoch`.
+fn take(share: &AtomicU64, epoch: u64, own: bool) -> Option<usize> {
+    let mut s = share.load(Ordering::Acquire);
     loop {
-        let (e, count, next) = (s >> (2 * BITS), (s >> BITS) & MASK, s & MASK);
-        if e != epoch || next >= count {
+        let (e, lo, hi) = (s >> (2 * BITS), (s >> BITS) & MASK, s & MASK);
+        if e != epoch || lo >= hi {
             return None;
         }
-        match pool
-            .state
-            .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Acquire)
-        {
-            Ok(_) => return Some(next as usize),
+        let (next, task) = if own {
+            (s + (1 << BITS), lo)
+        } else {
+            (s - 1, hi - 1)
+        };
+        match share.compare_exchange_weak(s, next, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(task as usize),
             Err(now) => s = now,
         }
     }
 }
 
-fn helper(pool: &'static Pool) -> ! {
+fn helper(pool: &'static Pool, me: usize) -> ! {
     INSIDE.set(true);
     let mut seen = 0;
     loop {
@@ -278,7 +321,8 @@ fn helper(pool: &'static Pool) -> ! {
             }
         };
         seen = epoch;
-        while let Some(i) = claim(pool, epoch) {
+        let mut mine = 0;
+        while let Some(i) = claim(pool, epoch, me) {
             // SAFETY: claiming task `i` of job `epoch` means that job's caller waits in
             // `for_each` until this task is counted in `done`, so the `Task` it points at
             // (on that caller's stack) is alive; the pointer was stored before the epoch
@@ -288,7 +332,10 @@ fn helper(pool: &'static Pool) -> ! {
                 *pool.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                 pool.failed.store(true, Ordering::Relaxed);
             }
-            pool.done.fetch_add(1, Ordering::Release);
+            mine += 1;
+        }
+        if mine > 0 {
+            pool.done.fetch_add(mine, Ordering::Release);
         }
     }
 }
@@ -306,6 +353,24 @@ mod tests {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{n}");
+        }
+    }
+
+    #[test]
+    fn every_task_runs_exactly_once_when_shares_are_uneven() {
+        // The first share's tasks are slow, so the other threads run out first and take
+        // tasks off its back while its owner takes them off its front.
+        let n = 64;
+        let slow = n / threads();
+        for _ in 0..20 {
+            let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            for_each(n, |i| {
+                if i < slow {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
     }
 

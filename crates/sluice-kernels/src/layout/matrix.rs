@@ -16,9 +16,12 @@ pub(crate) const CHUNK: usize = 64;
 /// and Gemma 3); on an AMD EPYC (Zen 4) VM, 4 KB ahead into L2 ([`Prefetch::L2`]) took
 /// 12-23% less time per decode token again than 2 KB into L1, and 2, 8, 16 or 32 KB, or
 /// the start of each task or the scales asked for as well, did no better
-/// (`SLUICE_BENCH_PREFETCH`, `benches/forward.rs`). A prefetch into L1 ties up one of the
-/// few L1 miss buffers per line until it arrives; into L2 it does not.
-pub(crate) const PREFETCH_AHEAD: usize = 4096;
+/// (`SLUICE_BENCH_PREFETCH`, `benches/forward.rs`). Since each compute thread streams one
+/// contiguous share of a matmul's tasks (`threads.rs`), 8 KB ahead is 1-2% faster than
+/// 4 KB with the VM's two vCPUs on one core's two hardware threads, and 8% with them on
+/// two cores (a prefetch now runs on into the thread's next task). A prefetch into L1
+/// ties up one of the few L1 miss buffers per line until it arrives; into L2 it does not.
+pub(crate) const PREFETCH_AHEAD: usize = 8192;
 
 /// Where a few-row matmul's prefetches bring the weights ([`set_prefetch`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
