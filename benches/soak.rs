@@ -245,12 +245,22 @@ async fn client(
                     continue;
                 }
                 chunks += 1;
-                if data.contains("\"error\"") {
+                // Judge the event by its parsed shape, never by its text: the model may well
+                // write the word "error" as content (a soak once failed on exactly that).
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(data) else {
+                    eprintln!("event is not JSON: {data}");
+                    failed = true;
+                    continue;
+                };
+                if event.get("error").is_some() {
                     eprintln!("error event: {data}");
                     failed = true;
                 }
-                let has_text = data.contains("\"text\":\"") && !data.contains("\"text\":\"\"")
-                    || data.contains("\"content\":\"") && !data.contains("\"content\":\"\"");
+                let choice = &event["choices"][0];
+                let text = choice["text"]
+                    .as_str()
+                    .or_else(|| choice["delta"]["content"].as_str());
+                let has_text = text.is_some_and(|t| !t.is_empty());
                 if first.is_none() && has_text {
                     first = Some(start.elapsed().as_secs_f64());
                 }

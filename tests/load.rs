@@ -75,7 +75,7 @@ async fn one(c: reqwest::Client, base: String, i: usize) -> End {
         }
     }
     let raw = String::from_utf8_lossy(&raw);
-    if raw.contains("\"error\"") {
+    if !common::sse_errors(&raw).is_empty() {
         return End::Failed(format!("error event: {raw}"));
     }
     match raw.trim_end().ends_with("data: [DONE]") {
