@@ -165,9 +165,9 @@ async fn the_shutdown_grace_is_a_deadline() {
     for (first, s) in streams {
         let body = read_all(first, Box::pin(s)).await;
         assert!(
-            common::sse_errors(&body)
-                .iter()
-                .any(|e| e.to_string().contains("shutting down")),
+            common::sse_errors(&body).iter().any(|e| e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("shutting down"))),
             "an error chunk ends the stream: {}",
             &body[body.len().saturating_sub(400)..]
         );
