@@ -14,7 +14,9 @@
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
 //! `SLUICE_BENCH_PREFETCH=4096:l2,2048:l1` instead compares decode under prefetch
-//! settings of the matmul kernels, side by side (`compare_prefetch`).
+//! settings of the matmul kernels, side by side (`compare_prefetch`);
+//! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:alone` decode with and without fetching ahead
+//! (the next matrix by idle helpers, a row's keys and values before its attention).
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -174,15 +176,20 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 }
 
 /// Decode steps (one slot, logits wanted) under each prefetch setting of `settings`
-/// ("4096:l2,2048:l1,0:off": bytes ahead and where to), in alternation, 16 tokens at a
+/// ("4096:l2,2048:l1,0:off": bytes ahead and where to; a third field `:alone` turns off
+/// fetching ahead, `sluice_kernels::set_fetch_ahead`), in alternation, 16 tokens at a
 /// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
 /// only settings measured side by side in one process compare.
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
-    let settings: Vec<(usize, Prefetch, &str)> = settings
+    let settings: Vec<(usize, Prefetch, bool, &str)> = settings
         .split(',')
         .map(|c| {
-            let (ahead, hint) = c.split_once(':').unwrap_or((c, "l2"));
+            let (c0, fetch) = match c.strip_suffix(":alone") {
+                Some(rest) => (rest, false),
+                None => (c, true),
+            };
+            let (ahead, hint) = c0.split_once(':').unwrap_or((c0, "l2"));
             let hint = match hint {
                 "l1" => Prefetch::L1,
                 "l2" => Prefetch::L2,
@@ -190,13 +197,14 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
                 "off" => Prefetch::Off,
                 other => panic!("prefetch hint {other}: l1, l2, nta or off"),
             };
-            (ahead.parse().expect("bytes ahead"), hint, c)
+            (ahead.parse().expect("bytes ahead"), hint, fetch, c)
         })
         .collect();
     let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..30 {
-        for (&(ahead, hint, _), t) in settings.iter().zip(times.iter_mut()) {
+        for (&(ahead, hint, fetch, _), t) in settings.iter().zip(times.iter_mut()) {
             sluice_kernels::set_prefetch(ahead, hint);
+            sluice_kernels::set_fetch_ahead(fetch);
             let start = Instant::now();
             for pos in 64..80 {
                 let row = TokenRow {
@@ -209,7 +217,7 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
             t.push(start.elapsed().as_secs_f64() / 16.0 * 1e3);
         }
     }
-    for ((_, _, name), t) in settings.iter().zip(times.iter_mut()) {
+    for ((.., name), t) in settings.iter().zip(times.iter_mut()) {
         t.sort_by(f64::total_cmp);
         println!(
             "prefetch {name}: fastest {:.3}, quartile {:.3}, median {:.3} ms/token",

@@ -247,6 +247,22 @@ impl KvSlab {
         }
     }
 
+    /// Asks for the keys and values that attention of `rows` in layer `layer` reads
+    /// (positions `0..=pos` of each row's slot, every head) to be fetched into cache.
+    pub fn prefetch(&self, layer: usize, rows: &[TokenRow]) {
+        let (n, hs) = (self.block_stride(), self.head_stride());
+        for r in rows {
+            let used = (r.pos + 1).div_ceil(KEY_BLOCK);
+            for &b in self.tables[r.slot].iter().take(used) {
+                for h in 0..self.kv_heads {
+                    let at = h * hs + b as usize * n;
+                    sluice_kernels::prefetch(&self.keys[layer][at..at + n]);
+                    sluice_kernels::prefetch(&self.values[layer][at..at + n]);
+                }
+            }
+        }
+    }
+
     /// Copies block `from` into block `to`, every layer and head (copy-on-write).
     pub(crate) fn copy_block(&mut self, from: u32, to: u32) {
         let (n, hs) = (self.block_stride(), self.head_stride());

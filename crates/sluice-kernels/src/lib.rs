@@ -21,6 +21,7 @@
 mod activation;
 mod acts;
 mod acts_tiles;
+mod ahead;
 mod alloc;
 mod attention;
 mod dense;
@@ -38,12 +39,13 @@ pub mod threads;
 mod x86;
 
 pub use activation::{gelu_mul, silu_mul};
+pub use ahead::{prefetch, set_fetch_ahead};
 pub use alloc::CountingAlloc;
 pub use attention::{attend_group, attend_rows, rows_per_tile};
 pub use layout::{
     ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_prefetch,
 };
-pub use linear::{Input, LinearError, QLinear};
+pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;
 pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};

@@ -329,6 +329,34 @@ impl QLinear {
     }
 }
 
+impl QLinear {
+    /// Names the matrices of the next matmul (of `n` activation rows) so that the compute
+    /// threads waiting for it fetch their shares into cache meanwhile (`ahead.rs`): only
+    /// for few rows (decode), which read each weight once.
+    pub fn fetch_ahead(n: usize, mats: &[&QLinear]) {
+        if n == 0 || n >= BATCH_ROWS || crate::threads::threads() == 1 || !crate::ahead::on() {
+            return;
+        }
+        let mut arrays = Vec::with_capacity(4 * mats.len());
+        let mut first = 0;
+        for m in mats {
+            if let Source::Packed(p, _) = &m.src {
+                let groups = p.groups();
+                for bytes in p.arrays() {
+                    arrays.push(crate::ahead::Array {
+                        ptr: bytes.as_ptr(),
+                        len: bytes.len(),
+                        first,
+                        groups,
+                    });
+                }
+                first += groups;
+            }
+        }
+        crate::ahead::hint(&arrays, first);
+    }
+}
+
 /// Activations for one or more matmuls: the f32 rows and, made on first use, their int8
 /// quantisation.
 pub struct Input<'a> {

@@ -301,6 +301,8 @@ fn take(share: &AtomicU64, epoch: u64, own: bool) -> Option<usize> {
 fn helper(pool: &'static Pool, me: usize) -> ! {
     INSIDE.set(true);
     let mut seen = 0;
+    let mut fetched = crate::ahead::latest();
+    let threads = pool.shares.len();
     loop {
         let mut idle = Instant::now();
         let mut spins = 0u32;
@@ -308,6 +310,15 @@ fn helper(pool: &'static Pool, me: usize) -> ! {
             let e = pool.state.load(Ordering::Acquire) >> (2 * BITS);
             if e != seen {
                 break e;
+            }
+            // The next region's share, fetched while waiting for it.
+            let hint = crate::ahead::latest();
+            if hint != fetched {
+                fetched = hint;
+                crate::ahead::fetch(me, threads, || {
+                    pool.state.load(Ordering::Relaxed) >> (2 * BITS) == seen
+                });
+                continue;
             }
             std::hint::spin_loop();
             spins += 1;

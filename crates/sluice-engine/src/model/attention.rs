@@ -110,6 +110,12 @@ impl Attention {
         s: &mut AttnScratch,
     ) {
         let n = rows.len();
+        if n < sluice_kernels::BATCH_ROWS {
+            // A decode step's keys and values have left the cache since the last token (the
+            // whole model streamed through it): asked for now, they arrive during the
+            // matmul below instead of stalling the attention after it.
+            kv.prefetch(layer, rows);
+        }
         let input = Input::new(h, n);
         QLinear::matmul_many(
             &input,
@@ -119,6 +125,7 @@ impl Attention {
                 (&self.wv, &mut s.v[..]),
             ],
         );
+        QLinear::fetch_ahead(n, &[&self.wo]);
         if let Some([bq, bk, bv]) = &self.bias {
             add_bias(&mut s.q, bq);
             add_bias(&mut s.k, bk);

@@ -225,6 +225,7 @@ impl Mlp {
             &input,
             &mut [(&self.gate, &mut s.gate[..]), (&self.up, &mut s.up[..])],
         );
+        QLinear::fetch_ahead(n, &[&self.down]);
         match self.act {
             Activation::Silu => silu_mul(&mut s.gate, &s.up),
             Activation::Gelu => gelu_mul(&mut s.gate, &s.up),

@@ -185,6 +185,7 @@ impl Decoder {
                 layer.attn_norm.rows(&x, &mut h);
             }
             layer.attn.forward(kv, l, rows, &tables[t].1, &h, &mut attn);
+            QLinear::fetch_ahead(n, &[&layer.mlp.gate, &layer.mlp.up]);
             if let Some(norm) = &layer.post_attn_norm {
                 norm.rows_in_place(&mut attn.out);
             }
@@ -195,6 +196,16 @@ impl Decoder {
             }
             // The next layer's input norm, in the same pass.
             let next = self.layers.get(l + 1).map(|next| &next.attn_norm);
+            match self.layers.get(l + 1) {
+                Some(next) => {
+                    let a = &next.attn;
+                    QLinear::fetch_ahead(n, &[&a.wq, &a.wk, &a.wv]);
+                }
+                None if !want.is_empty() => {
+                    QLinear::fetch_ahead(n, &[self.head.as_ref().unwrap_or(&self.embed)]);
+                }
+                None => {}
+            }
             residual(&mut x, &mlp_out, next, &mut h, dim);
         }
         let m = want.len();

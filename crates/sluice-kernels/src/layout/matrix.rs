@@ -137,6 +137,15 @@ impl PackedMatrix {
         self.rows
     }
 
+    /// The arrays a matmul reads, each laid out by group: quants, scales, offsets and
+    /// super-block factors (those stored).
+    pub(crate) fn arrays(&self) -> impl Iterator<Item = &[u8]> {
+        [&self.qs, &self.d, &self.m, &self.dsup, &self.msup]
+            .into_iter()
+            .filter(|v| !v.is_empty())
+            .map(|v| &v[..])
+    }
+
     /// Input features.
     pub fn cols(&self) -> usize {
         self.cols

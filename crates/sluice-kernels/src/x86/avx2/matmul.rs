@@ -109,17 +109,10 @@ unsafe fn tile<
         // Factored scales come either inline (few rows) or expanded for this group
         // (`Expanded`), read then as f32 lanes.
         let (d0, m0, sb, half, factored) = match expanded {
-            Some(e) => (
-                e.d.as_ptr() as *const u8,
-                if e.m.is_empty() {
-                    std::ptr::null()
-                } else {
-                    e.m.as_ptr() as *const u8
-                },
-                GROUP * 4,
-                false,
-                0,
-            ),
+            Some(e) => {
+                let (d0, m0) = e.lanes();
+                (d0, m0, GROUP * 4, false, 0)
+            }
             None => {
                 let (d0, m0) = p.scales(g, 0);
                 (d0, m0, p.lane_bytes(), p.half, p.factored)
@@ -233,6 +226,8 @@ unsafe fn tile<
                 }
             }
             let (dp, mp) = (d0.add(b * sb), m0.wrapping_add(b * sb));
+            // Offsets stored beside the scales (not derived from them, not folded).
+            let stored_m = p.m_of_d.is_none() && FOLD == 0 && !SIGNED;
             let mut dw = [_mm256_setzero_ps(); H];
             let mut mw = [_mm256_setzero_ps(); H];
             for j in 0..H {
@@ -240,12 +235,12 @@ unsafe fn tile<
                 if let Some(s) = b.checked_div(factored) {
                     let at = s * GROUP * 2;
                     dw[j] = factored256(dp, ds0.add(at), h);
-                    if p.m_of_d.is_none() && FOLD == 0 && !SIGNED {
+                    if stored_m {
                         mw[j] = factored256(mp, ms0.add(at), h);
                     }
                 } else {
                     dw[j] = lanes256(dp, half, h);
-                    if p.m_of_d.is_none() && FOLD == 0 && !SIGNED {
+                    if stored_m {
                         mw[j] = lanes256(mp, half, h);
                     }
                 }
@@ -403,6 +398,17 @@ impl Expanded {
                 Vec::new()
             },
         })
+    }
+
+    /// Where the expanded scales and offsets start (offsets null when derived from the
+    /// scales), laid out as an unfactored f32 packing's lanes.
+    pub(crate) fn lanes(&self) -> (*const u8, *const u8) {
+        let m = if self.m.is_empty() {
+            std::ptr::null()
+        } else {
+            self.m.as_ptr() as *const u8
+        };
+        (self.d.as_ptr() as *const u8, m)
     }
 
     /// Group `g`'s lanes.

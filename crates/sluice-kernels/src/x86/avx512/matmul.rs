@@ -64,15 +64,12 @@ impl Group {
         let Some(ex) = ex else {
             return Self::new(p, g);
         };
+        let (d0, m0) = ex.lanes();
         Self {
             q0: p.quants(g, 0),
             qb: p.block_quant_bytes(),
-            d0: ex.d.as_ptr() as *const u8,
-            m0: if ex.m.is_empty() {
-                std::ptr::null()
-            } else {
-                ex.m.as_ptr() as *const u8
-            },
+            d0,
+            m0,
             lane_bytes: GROUP * 4,
             half: false,
             factored: 0,
