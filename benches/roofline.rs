@@ -3,8 +3,9 @@
 //! Decoding one sequence reads every weight once per token (and the sequence's keys and
 //! values so far): its ceiling is the machine's read bandwidth divided by those bytes.
 //! `cargo bench --bench roofline` measures, in each round:
-//! - the read bandwidth with the compute pool's thread count: a streaming sum, the best of
-//!   10 passes as STREAM reports its best, over 1 GiB (far beyond most caches) and over a
+//! - the read bandwidth with the compute pool's thread count: a streaming sum (plain, and
+//!   prefetching 8 KB ahead as the decode matmuls do), the best of 10 passes as STREAM
+//!   reports its best, over 1 GiB (far beyond most caches) and over a
 //!   buffer the size of a token's reads (what decode streams again and again: on a CPU
 //!   whose last-level cache holds the weights, this is the faster one), right before and
 //!   right after each decode figure (the highest of the four is its roofline);
@@ -251,43 +252,57 @@ fn token_bytes(path: &Path) -> f64 {
     bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
 }
 
-/// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current pool.
+/// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current pool, each
+/// pass read both plainly (the hardware prefetchers alone) and asking for every line 8 KB
+/// ahead into L2, as the decode matmuls do (which is faster where the data comes from a
+/// slow last-level cache): the faster of the two is the ceiling.
 fn read_bandwidth(buf: &[u64]) -> f64 {
     let mut best = 0f64;
     for _ in 0..10 {
-        let start = Instant::now();
-        let sum: u64 = buf.par_chunks(1 << 17).map(sum_words).sum();
-        let secs = start.elapsed().as_secs_f64();
-        assert_eq!(sum, buf.len() as u64, "every word read");
-        best = best.max(std::mem::size_of_val(buf) as f64 / secs);
+        for ahead in [false, true] {
+            let start = Instant::now();
+            let sum: u64 = buf.par_chunks(1 << 17).map(|w| sum_words(w, ahead)).sum();
+            let secs = start.elapsed().as_secs_f64();
+            assert_eq!(sum, buf.len() as u64, "every word read");
+            best = best.max(std::mem::size_of_val(buf) as f64 / secs);
+        }
     }
     best
 }
 
-/// The sum of `words`, with the widest vector loads the CPU has.
-fn sum_words(words: &[u64]) -> u64 {
+/// The sum of `words`, with the widest vector loads the CPU has, prefetching `ahead`.
+fn sum_words(words: &[u64], ahead: bool) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above).
-        return unsafe { sum_words_avx2(words) };
+        return unsafe { sum_words_avx2(words, ahead) };
     }
-    sum_plain(words)
+    sum_plain(words, false)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn sum_words_avx2(words: &[u64]) -> u64 {
-    sum_plain(words)
+fn sum_words_avx2(words: &[u64], ahead: bool) -> u64 {
+    sum_plain(words, ahead)
 }
 
 /// Eight independent sums (the compiler makes them vector lanes), so that the loop is
-/// bound by loads, not by one chain of adds.
+/// bound by loads, not by one chain of adds; one 64-byte line per step, with `ahead` the
+/// line 8 KB further asked for into L2.
 #[inline(always)]
-fn sum_plain(words: &[u64]) -> u64 {
+fn sum_plain(words: &[u64], ahead: bool) -> u64 {
     let mut acc = [0u64; 8];
     let chunks = words.chunks_exact(8);
     let rest: u64 = chunks.remainder().iter().sum();
     for c in chunks {
+        #[cfg(target_arch = "x86_64")]
+        if ahead {
+            // SAFETY: SSE is part of x86_64; a prefetch never faults, whatever the address.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T1>(c.as_ptr().wrapping_add(1024) as *const i8);
+            }
+        }
         for (a, &w) in acc.iter_mut().zip(c) {
             *a = a.wrapping_add(w);
         }
