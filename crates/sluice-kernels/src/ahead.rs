@@ -118,7 +118,11 @@ pub(crate) fn fetch(me: usize, threads: usize, waiting: impl Fn() -> bool) {
             // Group `g`'s bytes of the array.
             let at = |k: usize| (k - a.first) * a.len / a.groups;
             let (from, to) = (at(g), at(g + 1));
-            for line in (from..to).step_by(64) {
+            for (k, line) in (from..to).step_by(64).enumerate() {
+                // A check every 1 KB, so that the region waits little for this thread.
+                if k % 16 == 15 && !waiting() {
+                    return;
+                }
                 prefetch_l2(a.ptr.wrapping_add(line) as usize);
             }
             budget = budget.saturating_sub(to - from);
