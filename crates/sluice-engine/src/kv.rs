@@ -7,6 +7,10 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use sluice_kernels::{KEY_BLOCK, key_index};
 
+/// Bytes of keys and values a decode step's attention asks for ahead (`KvSlab::prefetch`):
+/// 256 KB, an eighth of a 2 MB L2.
+const PREFETCH_BYTES: usize = 256 << 10;
+
 /// One token to run: which slot it belongs to and its position in that sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenRow {
@@ -248,18 +252,27 @@ impl KvSlab {
     }
 
     /// Asks for the keys and values that attention of `rows` in layer `layer` reads
-    /// (positions `0..=pos` of each row's slot, every head) to be fetched into cache.
-    pub fn prefetch(&self, layer: usize, rows: &[TokenRow]) {
+    /// (each row's positions `0..=pos`, or its last `window`, every head) to be fetched
+    /// into cache, from its first block on, up to `PREFETCH_BYTES` in all: a long context
+    /// is read by parallel attention whose kernels prefetch as they go, and would only
+    /// push this thread's cache out.
+    pub fn prefetch(&self, layer: usize, rows: &[TokenRow], window: Option<usize>) {
         let (n, hs) = (self.block_stride(), self.head_stride());
+        let per_block = 2 * n * self.kv_heads * std::mem::size_of::<f16>();
+        let mut budget = PREFETCH_BYTES / per_block.max(1);
         for r in rows {
-            let used = (r.pos + 1).div_ceil(KEY_BLOCK);
-            for &b in self.tables[r.slot].iter().take(used) {
+            let len = r.pos + 1;
+            let start = window.map_or(0, |w| len.saturating_sub(w)) / KEY_BLOCK;
+            let end = len.div_ceil(KEY_BLOCK);
+            let blocks = self.tables[r.slot].get(start..end).unwrap_or_default();
+            for &b in blocks.iter().take(budget) {
                 for h in 0..self.kv_heads {
                     let at = h * hs + b as usize * n;
                     sluice_kernels::prefetch(&self.keys[layer][at..at + n]);
                     sluice_kernels::prefetch(&self.values[layer][at..at + n]);
                 }
             }
+            budget = budget.saturating_sub(blocks.len());
         }
     }
 
@@ -383,5 +396,32 @@ mod tests {
         let kv = KvSlab::contiguous(1, 1, 8, 3, 40);
         assert_eq!(kv.blocks, 9);
         assert_eq!(kv.table(2), &[6, 7, 8]);
+    }
+
+    #[test]
+    fn prefetching_any_row_or_window_reads_only_its_own_table() {
+        // Rows past their table's end, windows longer or shorter than the context, and a
+        // slot with no blocks: no panic, nothing written.
+        let mut kv = KvSlab::new(2, 2, 8, 2, 4);
+        kv.tables[0] = vec![3, 1];
+        let copy = |kv: &KvSlab| -> Vec<Vec<f16>> {
+            kv.keys
+                .iter()
+                .chain(&kv.values)
+                .map(|z| z.to_vec())
+                .collect()
+        };
+        let before = copy(&kv);
+        for (slot, pos) in [(0, 0), (0, 31), (0, 500), (1, 0), (1, 70)] {
+            for window in [None, Some(1), Some(16), Some(10_000)] {
+                let row = TokenRow {
+                    token: 0,
+                    slot,
+                    pos,
+                };
+                kv.prefetch(1, &[row, row], window);
+            }
+        }
+        assert_eq!(copy(&kv), before);
     }
 }

@@ -114,7 +114,7 @@ impl Attention {
             // A decode step's keys and values have left the cache since the last token (the
             // whole model streamed through it): asked for now, they arrive during the
             // matmul below instead of stalling the attention after it.
-            kv.prefetch(layer, rows);
+            kv.prefetch(layer, rows, self.options.window);
         }
         let input = Input::new(h, n);
         QLinear::matmul_many(
