@@ -203,8 +203,9 @@ mod tests {
             calls.set(calls.get() + 1);
             true
         });
-        // Every group of its own share and of the next one's was visited.
-        assert_eq!(calls.get(), 8);
+        // Every group of its own share and of the next one's was visited: a check per
+        // group and one per 1 KB of it (16 KB each).
+        assert_eq!(calls.get(), 8 * (1 + 16));
         // And it stops as soon as the region starts.
         calls.set(0);
         fetch(1, 2, || {
