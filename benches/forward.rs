@@ -16,7 +16,8 @@
 //! `SLUICE_BENCH_PREFETCH=4096:l2,2048:l1` instead compares decode under prefetch
 //! settings of the matmul kernels, side by side (`compare_prefetch`);
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:alone` decode with and without fetching ahead
-//! (the next matrix by idle helpers, a row's keys and values before its attention).
+//! (the next matrix by idle helpers, a row's keys and values before its attention);
+//! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:nogfni` with and without the GFNI nibble split.
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -176,35 +177,39 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 }
 
 /// Decode steps (one slot, logits wanted) under each prefetch setting of `settings`
-/// ("4096:l2,2048:l1,0:off": bytes ahead and where to; a third field `:alone` turns off
-/// fetching ahead, `sluice_kernels::set_fetch_ahead`), in alternation, 16 tokens at a
+/// ("4096:l2,2048:l1,0:off": bytes ahead and where to; a field `:alone` turns off
+/// fetching ahead, `sluice_kernels::set_fetch_ahead`, and `:nogfni` the GFNI nibble split,
+/// `sluice_kernels::set_gfni`), in alternation, 16 tokens at a
 /// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
 /// only settings measured side by side in one process compare.
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
-    let settings: Vec<(usize, Prefetch, bool, &str)> = settings
+    let settings: Vec<(usize, Prefetch, bool, bool, &str)> = settings
         .split(',')
         .map(|c| {
-            let (c0, fetch) = match c.strip_suffix(":alone") {
-                Some(rest) => (rest, false),
-                None => (c, true),
-            };
-            let (ahead, hint) = c0.split_once(':').unwrap_or((c0, "l2"));
-            let hint = match hint {
-                "l1" => Prefetch::L1,
-                "l2" => Prefetch::L2,
-                "nta" => Prefetch::Nta,
-                "off" => Prefetch::Off,
-                other => panic!("prefetch hint {other}: l1, l2, nta or off"),
-            };
-            (ahead.parse().expect("bytes ahead"), hint, fetch, c)
+            let mut fields = c.split(':');
+            let ahead = fields.next().unwrap_or_default();
+            let (mut hint, mut fetch, mut gfni) = (Prefetch::L2, true, true);
+            for f in fields {
+                match f {
+                    "l1" => hint = Prefetch::L1,
+                    "l2" => hint = Prefetch::L2,
+                    "nta" => hint = Prefetch::Nta,
+                    "off" => hint = Prefetch::Off,
+                    "alone" => fetch = false,
+                    "nogfni" => gfni = false,
+                    other => panic!("prefetch field {other}: l1, l2, nta, off, alone or nogfni"),
+                }
+            }
+            (ahead.parse().expect("bytes ahead"), hint, fetch, gfni, c)
         })
         .collect();
     let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..30 {
-        for (&(ahead, hint, fetch, _), t) in settings.iter().zip(times.iter_mut()) {
+        for (&(ahead, hint, fetch, gfni, _), t) in settings.iter().zip(times.iter_mut()) {
             sluice_kernels::set_prefetch(ahead, hint);
             sluice_kernels::set_fetch_ahead(fetch);
+            sluice_kernels::set_gfni(gfni);
             let start = Instant::now();
             for pos in 64..80 {
                 let row = TokenRow {

@@ -1,6 +1,7 @@
 //! Fetching ahead (the next matrix by idle compute threads, a decode row's keys and values
 //! before its attention: `crates/sluice-kernels/src/ahead.rs`) changes no number: the
-//! default model's decode logits are bit for bit the same with it on and off.
+//! default model's decode logits are bit for bit the same with it on and off. Nor does
+//! the GFNI nibble split of the AVX-512 matmul (`crates/sluice-kernels/src/x86/avx512`).
 
 mod common;
 
@@ -44,5 +45,28 @@ fn decode_is_the_same_with_and_without_fetching_ahead() {
         assert!(!a.is_empty() && a.iter().all(|v| v.is_finite()));
         let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "logits differ with fetching ahead");
+    }
+}
+
+/// The default model is Q4_1 (a nibble format): its decode and prompt logits are the same
+/// bits whether the AVX-512 matmul splits nibbles with GFNI or with a shift and a mask.
+/// Reported as skipped where the CPU has no AVX-512 with GFNI (there is one way only).
+#[test]
+#[cfg_attr(not(cpu_gfni), ignore = "this CPU lacks AVX-512 with GFNI")]
+fn decode_is_the_same_with_and_without_the_gfni_nibble_split() {
+    assert!(
+        sluice_kernels::set_gfni(true),
+        "built for GFNI, but this CPU lacks it"
+    );
+    let file = GgufFile::open(&common::model_path()).expect("the default model");
+    let m = load_model(&file).expect("it loads");
+    sluice_kernels::set_gfni(false);
+    let without = decode_logits(&*m);
+    sluice_kernels::set_gfni(true);
+    let with = decode_logits(&*m);
+    for (a, b) in with.iter().zip(&without) {
+        assert!(!a.is_empty() && a.iter().all(|v| v.is_finite()));
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "logits differ with the GFNI nibble split");
     }
 }

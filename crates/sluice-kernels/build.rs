@@ -1,5 +1,5 @@
 //! Tells the kernel tests which instruction-set levels this machine's CPU has
-//! (`cpu_avx2`, `cpu_avx512`, with the features `Simd::detected` asks for), so that the
+//! (`cpu_avx2`, `cpu_avx512`, and `cpu_gfni` on an AVX-512 CPU with GFNI, with the features `Simd::detected` asks for), so that the
 //! test of a level the CPU lacks is reported as ignored, by name, and never as passed.
 //! The tests run where they are built; each also checks the CPU agrees at run time.
 
@@ -7,6 +7,7 @@ fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rustc-check-cfg=cfg(cpu_avx2)");
     println!("cargo::rustc-check-cfg=cfg(cpu_avx512)");
+    println!("cargo::rustc-check-cfg=cfg(cpu_gfni)");
     #[cfg(target_arch = "x86_64")]
     {
         use std::is_x86_feature_detected as has;
@@ -16,6 +17,9 @@ fn main() {
         }
         if avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
             println!("cargo::rustc-cfg=cpu_avx512");
+            if has!("gfni") {
+                println!("cargo::rustc-cfg=cpu_gfni");
+            }
         }
     }
 }

@@ -43,7 +43,8 @@ pub use ahead::{prefetch, set_fetch_ahead};
 pub use alloc::CountingAlloc;
 pub use attention::{attend_group, attend_rows, rows_per_tile};
 pub use layout::{
-    ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_prefetch,
+    ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_gfni,
+    set_prefetch,
 };
 pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;

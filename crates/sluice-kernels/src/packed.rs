@@ -274,7 +274,7 @@ impl PackedMatrix {
             // SAFETY: the level's features are present (asserted); the caller's contract
             // covers `y`.
             Simd::Avx512 if !self.signed && (self.m_of_d.is_none() || fold.is_some()) => unsafe {
-                crate::x86::avx512::matmul::packed_groups(self, a, part, y, stride, fold)
+                crate::x86::avx512::packed_groups(self, a, part, y, stride, fold)
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (an AVX-512 CPU has AVX2). Offsets derived from the scales

@@ -58,6 +58,33 @@ pub(crate) fn prefetch() -> (usize, u8) {
     (v >> 2, (v & 3) as u8)
 }
 
+/// 0: not yet decided; 1: off; 2: on.
+static GFNI: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the AVX-512 matmul splits nibbles with GFNI's affine transform (one instruction
+/// where a shift and a mask are two): on where the CPU has GFNI, unless `set_gfni` turned
+/// it off. The numbers are the same bits either way.
+#[inline]
+pub(crate) fn gfni() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match GFNI.load(Relaxed) {
+        0 => set_gfni(true),
+        v => v == 2,
+    }
+}
+
+/// Turns the GFNI nibble split on (where the CPU has it) or off, and returns whether it is
+/// on: the knob `benches/forward.rs` turns to compare both in one process.
+pub fn set_gfni(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let has = std::is_x86_feature_detected!("gfni");
+    #[cfg(not(target_arch = "x86_64"))]
+    let has = false;
+    let on = on && has;
+    GFNI.store(1 + on as u8, std::sync::atomic::Ordering::Relaxed);
+    on
+}
+
 /// Activation rows up to which a matmul is bound by reading its weights (the AVX2 kernel
 /// prefetches each block once, by the tile of the first half).
 pub(crate) const PREFETCH_ROWS: usize = 4;

@@ -1,14 +1,15 @@
 //! The AVX-512 kernels (AVX-512F/BW with FMA and F16C) of activation quantisation,
-//! attention, and the f32 helpers (the matmul is in `matmul.rs`). Each function
-//! here is `unsafe` only because it needs those CPU features; `Simd::current` checks them
-//! once and the safe wrappers in the other files dispatch here.
+//! attention, and the f32 helpers; the matmul is in `matmul.rs`, compiled here with and
+//! without GFNI (`packed_groups`). Each function here is `unsafe` only because it needs
+//! those CPU features; `Simd::current` checks them once and the safe wrappers in the
+//! other files dispatch here.
 
 pub(crate) mod matmul;
 pub(crate) mod rows;
 
 use std::arch::x86_64::*;
 
-use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out};
+use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, PackedMatrix, Part, QuantActs};
 use crate::plain::softmax_unnormalised;
 use crate::x86::avx2::prefetch_values;
 
@@ -215,4 +216,106 @@ pub(crate) unsafe fn exp_sum_body(logits: &[f32], max: f32) -> f32 {
 #[target_feature(enable = "avx512f,fma")]
 pub(crate) unsafe fn bins_body(logits: &[f32], max: f32, scale: f32, last: u16, bins: &mut [u16]) {
     crate::plain::bins_body(logits, max, scale, last, bins)
+}
+
+/// The AVX-512 VNNI kernel for one part of a matmul. `fold`: the `FOLDS` entry of the
+/// matrix's offset when it is taken inside the integer sum (`packed::fold512`). Nibbles
+/// are split with GFNI where the CPU has it (`layout::gfni`).
+///
+/// # Safety
+/// The CPU has the enabled features; shapes checked and `y` exclusive as in
+/// `PackedMatrix::matmul_groups_at`.
+pub(crate) unsafe fn packed_groups(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: Option<usize>,
+) {
+    // SAFETY: forwarded; `gfni` is only on where the CPU has the feature.
+    unsafe {
+        if crate::layout::gfni() {
+            with_gfni(p, a, part, y, stride, fold)
+        } else {
+            without_gfni(p, a, part, y, stride, fold)
+        }
+    }
+}
+
+/// `packed_groups` splitting nibbles with GFNI.
+///
+/// # Safety
+/// As `packed_groups`, and the CPU has GFNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,gfni")]
+unsafe fn with_gfni(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: Option<usize>,
+) {
+    // SAFETY: forwarded.
+    unsafe { by_layout::<true>(p, a, part, y, stride, fold) }
+}
+
+/// `packed_groups` splitting nibbles with a shift and a mask.
+///
+/// # Safety
+/// As `packed_groups`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+unsafe fn without_gfni(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: Option<usize>,
+) {
+    // SAFETY: forwarded.
+    unsafe { by_layout::<false>(p, a, part, y, stride, fold) }
+}
+
+/// The kernel compiled for the matrix's layout.
+#[inline(always)]
+unsafe fn by_layout<const GF: bool>(
+    p: &PackedMatrix,
+    a: &QuantActs,
+    part: Part,
+    y: *mut f32,
+    stride: usize,
+    fold: Option<usize>,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        match (p.nibbles, p.bk, fold, p.high()) {
+            (true, 32, None, 0) => matmul::run::<true, 32, false, 0, GF>(p, a, part, y, stride, 0),
+            (true, 32, Some(f), 0) => {
+                matmul::run::<true, 32, true, 0, GF>(p, a, part, y, stride, f)
+            }
+            (true, 32, None, 1) => matmul::run::<true, 32, false, 1, GF>(p, a, part, y, stride, 0),
+            (true, 32, Some(f), 1) => {
+                matmul::run::<true, 32, true, 1, GF>(p, a, part, y, stride, f)
+            }
+            (true, 16, None, 2) => matmul::run::<true, 16, false, 2, GF>(p, a, part, y, stride, 0),
+            (true, 16, Some(f), 2) => {
+                matmul::run::<true, 16, true, 2, GF>(p, a, part, y, stride, f)
+            }
+            // Whole bytes: nothing to split.
+            (false, 32, None, 0) => {
+                matmul::run::<false, 32, false, 0, false>(p, a, part, y, stride, 0)
+            }
+            (false, 32, Some(f), 0) => {
+                matmul::run::<false, 32, true, 0, false>(p, a, part, y, stride, f)
+            }
+            (false, 16, None, 0) => {
+                matmul::run::<false, 16, false, 0, false>(p, a, part, y, stride, 0)
+            }
+            (false, 16, Some(f), 0) => {
+                matmul::run::<false, 16, true, 0, false>(p, a, part, y, stride, f)
+            }
+            other => unreachable!("layout {other:?}"),
+        }
+    }
 }
