@@ -6,11 +6,13 @@
 //! every 200 ms (it must answer 200 within a second). Reports requests served, refused,
 //! errors that the client did not cause (must be 0), p50/p99 time to first token of the
 //! streamed requests, and the server's resident memory after a tenth of the run (at most a
-//! minute, once the lazily backed KV slab is in use) and at the end.
+//! minute, once the lazily backed KV slab is in use) and at the end. Its growth must stay
+//! within what the KV pool's pages (`sluice_kv_pool_bytes`, backed on first use as the
+//! prefix cache fills the pool) and a reload's second copy of the weights explain.
 //!
 //! `cargo bench --bench soak` (or `SLUICE_SOAK_SECONDS=60 cargo bench --bench soak`, which
 //! `.ci/run` runs). Exits non-zero when any request, reload or probe failed, none was
-//! served, or the server is unhealthy afterwards.
+//! served, the server is unhealthy afterwards, or its memory grew past that bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,6 +54,20 @@ fn rss_kb() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// `sluice_kv_pool_bytes` from the server's `/metrics`.
+async fn pool_bytes(base: &str) -> u64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("sluice_kv_pool_bytes"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .expect("sluice_kv_pool_bytes in /metrics") as u64
 }
 
 #[derive(Default)]
@@ -339,7 +355,7 @@ fn main() {
             .map(|i| tokio::spawn(client(i, base.clone(), model.clone(), until, tally.clone())))
             .collect();
         let faults = [
-            tokio::spawn(reloader(base.clone(), path, until, tally.clone())),
+            tokio::spawn(reloader(base.clone(), path.clone(), until, tally.clone())),
             tokio::spawn(bursts(base.clone(), model.clone(), until, tally.clone())),
             tokio::spawn(prober(base.clone(), until, tally.clone())),
         ];
@@ -352,6 +368,13 @@ fn main() {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (rss0, rss1) = (rss0.await.unwrap(), rss_kb());
+        // What may legitimately grow: the KV pool's pages, backed on first use as the prefix
+        // cache fills the pool, and a reload's second copy of the weights (two, with
+        // margin: the packed form is about the file's size).
+        let pool_mb = pool_bytes(&base).await / (1 << 20);
+        let file_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) / (1 << 20);
+        let allowed_mb = pool_mb + 2 * file_mb + 64;
+        let grown_mb = rss1.saturating_sub(rss0) / 1024;
         ttfts.sort_by(f64::total_cmp);
         let q = |p: f64| {
             ttfts
@@ -363,7 +386,9 @@ fn main() {
         println!(
             "soak {seconds} s, 32 clients: {} requests served, {} left mid-answer (10% by design), \
              {} refused (429, the bursts), {} errors; {} reloads, {} probes; \
-             TTFT p50 {:.0} ms, p99 {:.0} ms ({} streamed); RSS {} MB -> {} MB ({:+.1}%)",
+             TTFT p50 {:.0} ms, p99 {:.0} ms ({} streamed); RSS {} MB -> {} MB ({:+.1}%; \
+             the KV pool reserves {pool_mb} MB, backed on first use; growth allowed \
+             {allowed_mb} MB)",
             tally.served.load(Ordering::SeqCst),
             tally.left.load(Ordering::SeqCst),
             tally.refused.load(Ordering::SeqCst),
@@ -386,8 +411,12 @@ fn main() {
             tally.served.load(Ordering::SeqCst),
             tally.errors.load(Ordering::SeqCst),
         );
-        if errors > 0 || served == 0 || !health.is_success() {
-            eprintln!("soak failed: {errors} errors, {served} served, health {health}");
+        let leaked = grown_mb > allowed_mb;
+        if errors > 0 || served == 0 || !health.is_success() || leaked {
+            eprintln!(
+                "soak failed: {errors} errors, {served} served, health {health}, \
+                 resident memory grew {grown_mb} MB (allowed {allowed_mb})"
+            );
             std::process::exit(1);
         }
     });

@@ -62,6 +62,14 @@ async fn counters_and_histograms_match_the_requests_made() {
     }
     let before = scrape(base).await;
     assert_eq!(sample(&before, "sluice_kv_slots_capacity"), 1.0);
+    // The pool's bytes: blocks x 16 positions x (keys and values) x the default model's 30
+    // layers x 3 KV heads x 64 dimensions x 2 bytes (f16).
+    let blocks = sample(&before, "sluice_kv_blocks_capacity");
+    assert!(blocks > 0.0);
+    assert_eq!(
+        sample(&before, "sluice_kv_pool_bytes"),
+        blocks * 16.0 * 2.0 * 30.0 * 3.0 * 64.0 * 2.0
+    );
     assert_eq!(sample(&before, "sluice_requests_running"), 0.0);
 
     // Three greedy completions, one at a time: 5 tokens each.

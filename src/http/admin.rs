@@ -210,8 +210,12 @@ async fn run_reload(
         .map_err(ReloadError::Busy)?;
     let swapped = rx.await.map_err(|_| ReloadError::EngineStopped)?;
     let (pause, waited, aborted) = (swapped.pause, swapped.waited, swapped.aborted);
-    // The old weights are freed off the engine thread and the async workers.
-    tokio::task::spawn_blocking(move || drop(swapped.old));
+    // The old weights are freed off the engine thread and the async workers, and their
+    // memory handed back to the system.
+    tokio::task::spawn_blocking(move || {
+        drop(swapped.old);
+        sluice_engine::return_freed_memory();
+    });
     {
         let mut r = admin.record.lock().unwrap_or_else(|e| e.into_inner());
         r.previous = Some(std::mem::replace(&mut r.current, info.clone()));

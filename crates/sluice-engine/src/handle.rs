@@ -84,6 +84,9 @@ impl EngineHandle {
             .spawn(move || {
                 let alive = AliveGuard(shared.clone());
                 Worker::new(model, draft, tokenizer, config, shared, metrics).run(rx);
+                // The engine has stopped (shutdown, or its model unloaded): its weights and
+                // KV pool are dropped.
+                sluice_kernels::return_freed_memory();
                 drop(alive);
             })
             .expect("the engine thread starts (a failure here is fatal at start-up)");

@@ -67,5 +67,6 @@ pub use request::{
     BeamOut, BeamSpec, Event, Finish, FinishReason, PromptToken, TokenEvent, ValidRequest,
 };
 pub use sampling::SamplingParams;
+pub use sluice_kernels::return_freed_memory;
 pub use thinking::ThinkSpec;
 pub use tokenizer::{ChatMessage, Tokenizer};

@@ -52,6 +52,9 @@ pub const SLOTS_CAPACITY: &str = "sluice_kv_slots_capacity";
 pub const KV_USAGE: &str = "sluice_kv_cache_usage_ratio";
 /// Blocks in the KV pool (not `_total`: promtool reserves that suffix for counters).
 pub const KV_BLOCKS_CAPACITY: &str = "sluice_kv_blocks_capacity";
+/// Bytes of keys and values the KV pool reserves (backed by memory as blocks are first
+/// used: the resident size grows toward it as the prefix cache fills the pool).
+pub const KV_POOL_BYTES: &str = "sluice_kv_pool_bytes";
 /// KV blocks held by running sequences.
 pub const KV_BLOCKS_USED: &str = "sluice_kv_blocks_used";
 /// KV blocks in the prefix cache (held or idle).
@@ -151,6 +154,8 @@ pub struct Metrics {
     pub kv_usage: Gauge,
     /// See [`KV_BLOCKS_CAPACITY`].
     pub kv_blocks_total: IntGauge,
+    /// See [`KV_POOL_BYTES`].
+    pub kv_pool_bytes: IntGauge,
     /// See [`KV_BLOCKS_USED`].
     pub kv_blocks_used: IntGauge,
     /// See [`KV_BLOCKS_CACHED`].
@@ -333,6 +338,11 @@ impl Metrics {
                 &r,
                 KV_BLOCKS_CAPACITY,
                 "Blocks of 16 positions in the KV pool.",
+            ),
+            kv_pool_bytes: gauge(
+                &r,
+                KV_POOL_BYTES,
+                "Bytes of keys and values the KV pool reserves.",
             ),
             kv_blocks_used: gauge(&r, KV_BLOCKS_USED, "KV blocks held by running sequences."),
             kv_blocks_cached: gauge(&r, KV_BLOCKS_CACHED, "KV blocks in the prefix cache."),

@@ -40,7 +40,7 @@ mod x86;
 
 pub use activation::{gelu_mul, silu_mul};
 pub use ahead::{prefetch, set_fetch_ahead};
-pub use alloc::CountingAlloc;
+pub use alloc::{CountingAlloc, return_freed_memory};
 pub use attention::{attend_group, attend_rows, rows_per_tile};
 pub use layout::{
     ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_gfni,

@@ -85,6 +85,7 @@ impl Worker {
             .store(cache.slab.base_ptr(), Ordering::SeqCst);
         metrics.weights_version.set(1);
         metrics.kv_blocks_total.set(cache.total() as i64);
+        metrics.kv_pool_bytes.set(cache.slab.bytes() as i64);
         let mut cache = cache;
         cache.held_gauge = shared.kv_blocks_used.clone();
         cache.peak_gauge = shared.kv_blocks_peak.clone();
