@@ -33,19 +33,30 @@ async fn sse(path: &str, body: Value) -> Vec<String> {
         .expect("request");
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
-    let mut buf = String::new();
-    let mut s = r.bytes_stream();
-    while let Some(chunk) = s.next().await {
-        buf.push_str(std::str::from_utf8(&chunk.expect("chunk")).expect("utf-8"));
-    }
-    buf.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .filter_map(|e| {
-            e.lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .map(str::to_string)
-        })
+    let raw = common::sse::body(r).await.expect("the whole stream");
+    common::sse::events(&raw)
+        .into_iter()
+        .map(|e| e.data)
         .collect()
+}
+
+#[test]
+fn sse_events_are_read_by_the_format() {
+    use common::sse::{chunks, events};
+    let raw = "event: a\ndata: {\"x\":1}\n\n: comment\ndata:{\"y\":\ndata: 2}\n\r\ndata: [DONE]\n\ndata: cut";
+    let e = events(raw);
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert_eq!(e[0].name.as_deref(), Some("a"));
+    assert_eq!(e[0].json().unwrap()["x"], 1);
+    assert_eq!(e[1].data, "{\"y\":\n2}");
+    assert_eq!(e[1].json().unwrap()["y"], 2);
+    assert!(e[2].is_done() && e[2].name.is_none());
+    let (values, done) = chunks(raw);
+    assert_eq!(values.len(), 2);
+    assert!(done);
+    assert!(!chunks("data: {}\n\n").1);
+    let err = "data: {\"error\": {\"message\": \"m\"}}\n\ndata: {\"text\": \"error\"}\n\n";
+    assert_eq!(common::sse_errors(err).len(), 1);
 }
 
 fn assert_openai_error(body: &Value, param: Option<&str>) {

@@ -75,12 +75,9 @@ async fn one(c: reqwest::Client, base: String, i: usize) -> End {
         }
     }
     let raw = String::from_utf8_lossy(&raw);
-    if !common::sse_errors(&raw).is_empty() {
-        return End::Failed(format!("error event: {raw}"));
-    }
-    match raw.trim_end().ends_with("data: [DONE]") {
-        true => End::Done,
-        false => End::Failed(format!("no [DONE]: {raw}")),
+    match common::sse::finished(&raw) {
+        Ok(_) => End::Done,
+        Err(e) => End::Failed(e),
     }
 }
 

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::Spawned;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// The tiny random-weight Qwen3 converted by llama.cpp's converter (tests/data/converted).
@@ -327,29 +326,18 @@ async fn one_loaded_model_at_a_time_answers_as_each_alone() {
 
 /// Reads a streamed completion to its end: (text, finish reason, chunks).
 async fn read_stream(resp: reqwest::Response) -> (String, String, usize) {
-    let mut body = resp.bytes_stream();
-    let (mut buf, mut text, mut finish, mut chunks) =
-        (String::new(), String::new(), String::new(), 0);
-    while let Some(bytes) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            let Some(data) = event.trim().strip_prefix("data: ") else {
-                continue;
-            };
-            if data == "[DONE]" {
-                return (text, finish, chunks);
-            }
-            let v: Value = serde_json::from_str(data).unwrap();
-            assert!(v.get("error").is_none(), "{v}");
-            chunks += 1;
-            text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
-            if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
-                finish = f.to_string();
-            }
+    let raw = common::sse::body(resp).await.unwrap();
+    let (values, done) = common::sse::chunks(&raw);
+    assert!(done, "the stream ended without [DONE]: {raw}");
+    let (mut text, mut finish) = (String::new(), String::new());
+    for v in &values {
+        assert!(v.get("error").is_none(), "{v}");
+        text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
+        if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
+            finish = f.to_string();
         }
     }
-    panic!("the stream ended without [DONE]")
+    (text, finish, values.len())
 }
 
 /// A long greedy stream of the default model, started: the response, once its first

@@ -63,10 +63,7 @@ async fn events(url: &str, body: &Value) -> Vec<Value> {
         .text()
         .await
         .unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    common::sse::chunks(&text).0
 }
 
 fn no_markers(s: &str) {

@@ -133,18 +133,11 @@ async fn started(
             body.push_str(&String::from_utf8_lossy(&chunk.map_err(|e| e.to_string())?));
         }
         let (mut text, mut fingerprint) = (String::new(), String::new());
-        for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
-            if line == "[DONE]" {
-                return Ok((text, fingerprint));
-            }
-            let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
-            if v.get("error").is_some() {
-                return Err(v.to_string());
-            }
+        for v in common::sse::finished(&body)? {
             text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
             fingerprint = v["system_fingerprint"].as_str().unwrap_or("").to_string();
         }
-        Err(format!("no [DONE]: {body}"))
+        Ok((text, fingerprint))
     })
 }
 
@@ -173,23 +166,12 @@ async fn stream(max_tokens: usize) -> Result<String, String> {
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }
-    let mut text = String::new();
-    let mut body = String::new();
-    let mut s = resp.bytes_stream();
-    while let Some(chunk) = s.next().await {
-        body.push_str(&String::from_utf8_lossy(&chunk.map_err(|e| e.to_string())?));
-    }
-    for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        if line == "[DONE]" {
-            return Ok(text);
-        }
-        let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
-        if v.get("error").is_some() {
-            return Err(v.to_string());
-        }
-        text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
-    }
-    Err(format!("no [DONE]: {body}"))
+    let body = common::sse::body(resp).await?;
+    let chunks = common::sse::finished(&body)?;
+    Ok(chunks
+        .iter()
+        .map(|v| v["choices"][0]["text"].as_str().unwrap_or(""))
+        .collect())
 }
 
 /// What a fresh engine on `path` answers greedily, in process.

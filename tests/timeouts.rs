@@ -55,10 +55,11 @@ async fn requests_past_the_timeout_end_with_504_or_an_error_chunk() {
         .text()
         .await
         .unwrap();
-    let last = text.lines().rfind(|l| l.starts_with("data: ")).unwrap();
+    let events = common::sse::events(&text);
+    let last = events.last().expect("events").error();
     assert!(
-        last.contains("\"timeout\""),
-        "the stream ends with a timeout error: {last}"
+        last.as_ref().is_some_and(|e| e["code"] == "timeout"),
+        "the stream ends with a timeout error: {last:?}"
     );
     assert!(
         metric("sluice_requests_total{finish_reason=\"timeout\",route=\"completions\"}").await

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::Spawned;
-use futures::StreamExt;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use serde_json::{Value, json};
 
@@ -111,18 +110,13 @@ async fn streamed(c: &reqwest::Client, base: &str) -> (String, bool) {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let mut raw = String::new();
-    let mut s = r.bytes_stream();
-    while let Some(b) = s.next().await {
-        raw.push_str(&String::from_utf8_lossy(&b.unwrap()));
-    }
-    let mut text = String::new();
-    for data in raw.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        if let Ok(v) = serde_json::from_str::<Value>(data) {
-            text.push_str(v["choices"][0]["text"].as_str().unwrap_or_default());
-        }
-    }
-    (text, raw.contains("data: [DONE]"))
+    let raw = common::sse::body(r).await.unwrap();
+    let (values, done) = common::sse::chunks(&raw);
+    let text = values
+        .iter()
+        .map(|v| v["choices"][0]["text"].as_str().unwrap_or_default())
+        .collect();
+    (text, done)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,10 +91,7 @@ async fn streamed(base: &str) -> (String, Vec<String>, String) {
         .await
         .unwrap();
     let (mut name, mut deltas, mut reason) = (String::new(), Vec::new(), String::new());
-    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        let Ok(chunk) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
+    for chunk in common::sse::chunks(&text).0 {
         let choice = &chunk["choices"][0];
         for d in choice["delta"]["tool_calls"]
             .as_array()

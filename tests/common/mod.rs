@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod golden;
+pub mod sse;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -415,9 +416,8 @@ pub fn sha256(p: &Path) -> String {
 /// The `error` objects among a raw SSE body's events, each event parsed as JSON: a model may
 /// write the word "error" as content, so a text search would see errors that are not there.
 pub fn sse_errors(raw: &str) -> Vec<serde_json::Value> {
-    raw.split("\n\n")
-        .filter_map(|e| e.trim().strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|mut v| v.get_mut("error").map(serde_json::Value::take))
+    sse::events(raw)
+        .iter()
+        .filter_map(sse::Event::error)
         .collect()
 }
