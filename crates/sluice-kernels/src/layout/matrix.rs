@@ -58,6 +58,22 @@ pub(crate) fn prefetch() -> (usize, u8) {
     (v >> 2, (v & 3) as u8)
 }
 
+static SPECIALISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns on or off the AVX-512 one-row (decode) loops compiled for the common prefetch
+/// hint and scale storage (`x86/avx512/matmul/lone.rs`); off, the general loop runs every
+/// case. The knob `benches/forward.rs` (`:generic`) and the tests turn to compare both in
+/// one process: the numbers are the same bits either way.
+pub fn set_specialised(on: bool) {
+    SPECIALISED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `set_specialised` left the specialised one-row loops on (the default).
+#[inline(always)]
+pub(crate) fn specialised() -> bool {
+    SPECIALISED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// 0: not yet decided; 1: off; 2: on.
 static GFNI: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
@@ -134,7 +150,7 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    pub(crate) fn quant_bytes(bk: usize, nibbles: bool, high: usize) -> usize {
+    pub(crate) const fn quant_bytes(bk: usize, nibbles: bool, high: usize) -> usize {
         let chunks = bk / 4;
         let planes = if high > 0 { CHUNK } else { 0 };
         if nibbles {

@@ -10,6 +10,6 @@ pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
 pub use attn::{Attn, KEY_BLOCK, key_index};
-pub(crate) use matrix::gfni;
 pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits, prefetch};
-pub use matrix::{PackedMatrix, Part, Prefetch, set_gfni, set_prefetch};
+pub use matrix::{PackedMatrix, Part, Prefetch, set_gfni, set_prefetch, set_specialised};
+pub(crate) use matrix::{gfni, specialised};

@@ -290,3 +290,59 @@ fn a_long_batch_split_by_rows_gives_each_row_its_bits_alone() {
         }
     }
 }
+
+/// The AVX-512 one-row loops compiled for their prefetch hint and scale storage
+/// (`x86/avx512/matmul/lone.rs`) give the general loop's bits, for every format, decode
+/// rows (prefetching) and the lone rows of a larger batch (not).
+#[test]
+#[cfg_attr(not(cpu_avx512), ignore = "this CPU lacks AVX-512 (F, BW, VNNI)")]
+fn the_one_row_loops_compiled_for_their_case_give_the_general_loops_bits() {
+    assert!(
+        Simd::Avx512 as u8 <= Simd::detected() as u8,
+        "built for AVX-512, but this CPU lacks it"
+    );
+    let (rows, cols) = (37, 512);
+    let run = |p: &PackedMatrix, acts: &QuantActs, specialised: bool| {
+        crate::layout::set_specialised(specialised);
+        let mut y = vec![f32::NAN; acts.n * rows];
+        // SAFETY: y has n * rows elements and this thread alone writes them.
+        unsafe {
+            p.matmul_groups_at(
+                Simd::Avx512,
+                acts,
+                Part {
+                    groups: 0..p.groups(),
+                    rows: 0..acts.n,
+                },
+                y.as_mut_ptr(),
+                rows,
+            )
+        };
+        crate::layout::set_specialised(true);
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    macro_rules! case {
+        ($t:ty, $d:expr) => {{
+            let (b, _) = quantised::<$t>(rows, cols);
+            let p = PackedMatrix::new($d, &b, rows, cols).expect("packed");
+            // 1 and 3 rows prefetch; 6 rows, and the 9th of 9, do not.
+            for n in [1, 3, 6, 9] {
+                let acts = QuantActs::new(&noise(n * cols, 3 + n as u32), n, cols);
+                assert_eq!(
+                    run(&p, &acts, true),
+                    run(&p, &acts, false),
+                    "{:?} n={n}",
+                    $d
+                );
+            }
+        }};
+    }
+    case!(BlockQ4_0, GgmlDType::Q4_0);
+    case!(BlockQ4_1, GgmlDType::Q4_1);
+    case!(BlockQ5_0, GgmlDType::Q5_0);
+    case!(BlockQ5_1, GgmlDType::Q5_1);
+    case!(BlockQ8_0, GgmlDType::Q8_0);
+    case!(BlockQ4K, GgmlDType::Q4K);
+    case!(BlockQ5K, GgmlDType::Q5K);
+    case!(BlockQ6K, GgmlDType::Q6K);
+}

@@ -11,11 +11,8 @@
 use std::arch::x86_64::*;
 
 use crate::x86::avx2::matmul::Expanded;
-use crate::x86::avx2::prefetch_ahead;
 
-use crate::layout::{
-    FOLDS, GROUP, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, TILE, neg_sum, prefetch,
-};
+use crate::layout::{FOLDS, GROUP, PackedMatrix, Part, QuantActs, TILE};
 
 /// Loads 16 scale lanes (f16 or f32).
 #[inline(always)]
@@ -334,63 +331,6 @@ unsafe fn tile<
     }
 }
 
-/// Group `g` against row-major activation row `i` alone; with `FOLD`, `shift` is the
-/// offset's `s`.
-#[inline(always)]
-unsafe fn lone<
-    const NIB: bool,
-    const BK: usize,
-    const FOLD: bool,
-    const HIGH: usize,
-    const GF: bool,
->(
-    p: &PackedMatrix,
-    a: &QuantActs,
-    g: usize,
-    i: usize,
-    shift: u32,
-) -> __m512 {
-    let nb = p.blocks();
-    let cols = a.cols;
-    let sums = a.sums(BK);
-    let lanes = if BK == 16 { &a.l16 } else { &a.l32 };
-    // SAFETY (whole body): row i exists (checked by `matmul_groups_at`), so every read at
-    // `i * cols + b * BK + 4c` and of its block's scale and sums is in bounds; the group's
-    // blocks are whole; the features are enabled by the caller.
-    unsafe {
-        let mut acc = _mm512_setzero_ps();
-        let group = Group::new(p, g);
-        let (ahead, hint) = prefetch();
-        for b in 0..nb {
-            let q = group.quants(b);
-            if a.n <= PREFETCH_ROWS {
-                // Few rows (decode) read the weights from memory: asked for ahead, as in
-                // the AVX2 kernel (one decode token 5.33 -> 4.44 ms on SmolLM2 Q4_K_M,
-                // 10.9 -> 9.9 ms on Gemma 3, alternating in one process).
-                prefetch_ahead(q, group.qb, ahead, hint);
-            }
-            let w = weights::<NIB, BK, HIGH, GF>(q, p.high_plane());
-            let (dw, mw) = group.scales::<FOLD>(b);
-            let at = i * cols + b * BK;
-            let start = if FOLD {
-                let z = neg_sum(*lanes.get_unchecked(i * nb + b));
-                _mm512_set1_epi32(z << shift)
-            } else {
-                _mm512_setzero_si512()
-            };
-            let s = if FOLD {
-                0.0
-            } else {
-                *sums.get_unchecked(i * nb + b)
-            };
-            let x = opaque(a.q.as_ptr().add(at) as *const i32);
-            let da = *a.d.get_unchecked(at / 32);
-            acc = row_block::<BK, FOLD>(true, acc, &w, x, dw, mw, da, start, s);
-        }
-        acc
-    }
-}
-
 /// Writes group `g`'s 16 lanes of activation row `i` to `y`: straight for the groups
 /// before `full` (all 16 rows real; copying each through `store` was 1.5% of a SmolLM2
 /// prefill), through `PackedMatrix::store` for the last, partial one.
@@ -456,7 +396,7 @@ pub(super) unsafe fn run<
                 i += TILE;
             }
             while i < end {
-                let acc = lone::<NIB, BK, FOLD, HIGH, GF>(p, a, g, i, shift);
+                let acc = lone::lone::<NIB, BK, FOLD, HIGH, GF>(p, a, g, i, shift);
                 put(p, full, g, i, acc, y, stride);
                 i += 1;
             }
@@ -464,5 +404,6 @@ pub(super) unsafe fn run<
     }
 }
 
+mod lone;
 #[cfg(test)]
 mod tests;
