@@ -60,8 +60,9 @@ pub(crate) fn prefetch() -> (usize, u8) {
 
 static SPECIALISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Turns on or off the AVX-512 one-row (decode) loops compiled for the common prefetch
-/// hint and scale storage (`x86/avx512/matmul/lone.rs`); off, the general loop runs every
+/// Turns on or off the one-row (decode) loops compiled for the common prefetch hint and
+/// scale storage (`x86/avx512/matmul/lone.rs`, and `tile` of one row in
+/// `x86/avx2/matmul.rs`); off, the general loop runs every
 /// case. The knob `benches/forward.rs` (`:generic`) and the tests turn to compare both in
 /// one process: the numbers are the same bits either way.
 pub fn set_specialised(on: bool) {
@@ -72,6 +73,42 @@ pub fn set_specialised(on: bool) {
 #[inline(always)]
 pub(crate) fn specialised() -> bool {
     SPECIALISED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The one-row loops' compiled prefetch cases: the hint read at run time, none, or into
+/// L2 (the default).
+pub(crate) const PF_ANY: u8 = 0;
+pub(crate) const PF_OFF: u8 = 1;
+pub(crate) const PF_L2: u8 = 2;
+
+/// The one-row loops' compiled scale cases: read as the matrix says at run time, f16
+/// lanes, or factored (i8 lanes times f16 super-block factors).
+pub(crate) const SC_ANY: u8 = 0;
+pub(crate) const SC_HALF: u8 = 1;
+pub(crate) const SC_FACTORED: u8 = 2;
+
+/// The prefetch case of a matmul of `n` activation rows under `hint`: only few rows
+/// (decode) prefetch.
+#[inline(always)]
+pub(crate) fn prefetch_case(n: usize, hint: u8) -> u8 {
+    match hint {
+        _ if n > PREFETCH_ROWS => PF_OFF,
+        h if h == Prefetch::L2 as u8 => PF_L2,
+        h if h == Prefetch::Off as u8 => PF_OFF,
+        _ => PF_ANY,
+    }
+}
+
+/// The scale case of `p`'s scales as stored (not expanded).
+#[inline(always)]
+pub(crate) fn scale_case(p: &PackedMatrix) -> u8 {
+    if p.factored > 0 {
+        SC_FACTORED
+    } else if p.half {
+        SC_HALF
+    } else {
+        SC_ANY
+    }
 }
 
 /// 0: not yet decided; 1: off; 2: on.

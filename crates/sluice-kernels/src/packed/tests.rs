@@ -291,28 +291,26 @@ fn a_long_batch_split_by_rows_gives_each_row_its_bits_alone() {
     }
 }
 
-/// The AVX-512 one-row loops compiled for their prefetch hint and scale storage
-/// (`x86/avx512/matmul/lone.rs`) give the general loop's bits, for every format, decode
-/// rows (prefetching) and the lone rows of a larger batch (not).
-#[test]
-#[cfg_attr(not(cpu_avx512), ignore = "this CPU lacks AVX-512 (F, BW, VNNI)")]
-fn the_one_row_loops_compiled_for_their_case_give_the_general_loops_bits() {
+/// The one-row loops compiled for their prefetch hint and scale storage give the general
+/// loop's bits at `level`, for every format: decode rows (prefetching), the lone rows of
+/// a larger batch (not), and a part of one row of a batch.
+fn one_row_loops_match(level: Simd) {
     assert!(
-        Simd::Avx512 as u8 <= Simd::detected() as u8,
-        "built for AVX-512, but this CPU lacks it"
+        level as u8 <= Simd::detected() as u8,
+        "built for {level:?}, but this CPU lacks it"
     );
     let (rows, cols) = (37, 512);
-    let run = |p: &PackedMatrix, acts: &QuantActs, specialised: bool| {
-        crate::layout::set_specialised(specialised);
+    let run = |p: &PackedMatrix, acts: &QuantActs, part: std::ops::Range<usize>, fixed: bool| {
+        crate::layout::set_specialised(fixed);
         let mut y = vec![f32::NAN; acts.n * rows];
         // SAFETY: y has n * rows elements and this thread alone writes them.
         unsafe {
             p.matmul_groups_at(
-                Simd::Avx512,
+                level,
                 acts,
                 Part {
                     groups: 0..p.groups(),
-                    rows: 0..acts.n,
+                    rows: part,
                 },
                 y.as_mut_ptr(),
                 rows,
@@ -325,15 +323,22 @@ fn the_one_row_loops_compiled_for_their_case_give_the_general_loops_bits() {
         ($t:ty, $d:expr) => {{
             let (b, _) = quantised::<$t>(rows, cols);
             let p = PackedMatrix::new($d, &b, rows, cols).expect("packed");
-            // 1 and 3 rows prefetch; 6 rows, and the 9th of 9, do not.
-            for n in [1, 3, 6, 9] {
+            // 1 and 3 rows prefetch; 5, 6 and 9 rows do not (AVX2 tiles of 4 leave 5's
+            // last row alone), nor does one row of 9 taken as its own part.
+            for n in [1, 3, 5, 6, 9] {
                 let acts = QuantActs::new(&noise(n * cols, 3 + n as u32), n, cols);
-                assert_eq!(
-                    run(&p, &acts, true),
-                    run(&p, &acts, false),
-                    "{:?} n={n}",
-                    $d
-                );
+                let mut parts = vec![0..n];
+                if n == 9 {
+                    parts.push(4..5);
+                }
+                for part in parts {
+                    assert_eq!(
+                        run(&p, &acts, part.clone(), true),
+                        run(&p, &acts, part.clone(), false),
+                        "{:?} n={n} rows {part:?}",
+                        $d
+                    );
+                }
             }
         }};
     }
@@ -345,4 +350,18 @@ fn the_one_row_loops_compiled_for_their_case_give_the_general_loops_bits() {
     case!(BlockQ4K, GgmlDType::Q4K);
     case!(BlockQ5K, GgmlDType::Q5K);
     case!(BlockQ6K, GgmlDType::Q6K);
+}
+
+/// `x86/avx512/matmul/lone.rs`.
+#[test]
+#[cfg_attr(not(cpu_avx512), ignore = "this CPU lacks AVX-512 (F, BW, VNNI)")]
+fn the_one_row_loops_compiled_for_their_case_give_the_general_loops_bits() {
+    one_row_loops_match(Simd::Avx512);
+}
+
+/// One-row `tile`s of `x86/avx2/matmul.rs`.
+#[test]
+#[cfg_attr(not(cpu_avx2), ignore = "this CPU lacks AVX2 with FMA and F16C")]
+fn the_avx2_one_row_tiles_compiled_for_their_case_give_the_general_tiles_bits() {
+    one_row_loops_match(Simd::Avx2);
 }

@@ -12,33 +12,12 @@
 use std::arch::x86_64::*;
 
 use super::prefetch_ahead;
-use crate::layout::{GROUP, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, prefetch};
-
-/// 8 scale lanes starting at lane `h * 8`.
-#[inline(always)]
-unsafe fn lanes256(p: *const u8, half: bool, h: usize) -> __m256 {
-    // SAFETY: `p` holds 16 scales; avx and f16c enabled by the caller.
-    unsafe {
-        if half {
-            _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * h) as *const __m128i))
-        } else {
-            _mm256_loadu_ps((p as *const f32).add(8 * h))
-        }
-    }
-}
-
-/// 8 lanes starting at lane `h * 8` of factored scales (`PackedMatrix::factored`): i8
-/// integers at `sub` times the f16 super-block scales at `sup`, exactly the values the
-/// unfactored form stores.
-#[inline(always)]
-unsafe fn factored256(sub: *const u8, sup: *const u8, h: usize) -> __m256 {
-    // SAFETY: `sub` holds 16 bytes and `sup` 16 f16; avx2 and f16c enabled by the caller.
-    unsafe {
-        let ints = _mm256_cvtepi8_epi32(_mm_loadl_epi64(sub.add(8 * h) as *const __m128i));
-        let s = _mm256_cvtph_ps(_mm_loadu_si128(sup.add(16 * h) as *const __m128i));
-        _mm256_mul_ps(_mm256_cvtepi32_ps(ints), s)
-    }
-}
+pub(crate) use super::scales::Expanded;
+use super::scales::{factored256, lanes256};
+use crate::layout::{
+    GROUP, PF_ANY, PF_L2, PF_OFF, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, SC_ANY,
+    SC_FACTORED, SC_HALF, prefetch, prefetch_case, scale_case, specialised,
+};
 
 /// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
 /// is at most `2 · max_u · 128`, so 8 chunks of 4-bit quants (and of each 4-bit half of
@@ -76,6 +55,8 @@ unsafe fn tile<
     const FOLD: i32,
     const H: usize,
     const R: usize,
+    const PF: u8,
+    const SC: u8,
 >(
     p: &PackedMatrix,
     a: &QuantActs,
@@ -105,7 +86,12 @@ unsafe fn tile<
         let mut acc = [[_mm256_setzero_ps(); H]; R];
         // Pointers of block 0, stepped by the block sizes: nothing per block but adds.
         let q0 = p.quants(g, 0);
-        let qb = p.block_quant_bytes();
+        let qb = if SC == SC_ANY {
+            p.block_quant_bytes()
+        } else {
+            const { PackedMatrix::quant_bytes(BK, NIB, crate::layout::high_bits(NIB, BITS)) }
+        };
+        debug_assert_eq!(qb, p.block_quant_bytes());
         // Factored scales come either inline (few rows) or expanded for this group
         // (`Expanded`), read then as f32 lanes.
         let (d0, m0, sb, half, factored) = match expanded {
@@ -118,6 +104,14 @@ unsafe fn tile<
                 (d0, m0, p.lane_bytes(), p.half, p.factored)
             }
         };
+        debug_assert!(SC == SC_ANY || (expanded.is_none() && SC == scale_case(p)));
+        let sb = match SC {
+            SC_HALF => GROUP * 2,
+            SC_FACTORED => GROUP,
+            _ => sb,
+        };
+        // Offsets stored beside the scales (not derived from them, not folded).
+        let stored_m = p.m_of_d.is_none() && FOLD == 0 && !SIGNED;
         let (ds0, ms0) = p.supers(g, 0);
         let x0: [*const i8; R] = std::array::from_fn(|k| a.q.as_ptr().add((i0 + k) * cols));
         let da0: [*const f32; R] = std::array::from_fn(|k| a.d.as_ptr().add((i0 + k) * cols / 32));
@@ -126,146 +120,199 @@ unsafe fn tile<
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
         let (ahead, hint) = prefetch();
-        for b in 0..nb {
-            let q = q0.add(b * qb);
-            if a.n <= PREFETCH_ROWS && h0 == 0 {
-                prefetch_ahead(q, qb, ahead, hint);
-            }
-            let mut isum = [[_mm256_setzero_si256(); H]; R];
-            let mut part = [[_mm256_setzero_si256(); H]; R];
-            if FOLD > 0 {
-                for (k, part) in part.iter_mut().enumerate() {
-                    let l = *lane_sums.get_unchecked((i0 + k) * nb + b);
-                    *part = [_mm256_sll_epi16(_mm256_set1_epi32(l), _mm_cvtsi32_si128(FOLD)); H];
+        // Blocks per super-block: factored scales' f16 factors are converted once for each.
+        let per = if SC == SC_FACTORED { factored } else { 1 };
+        let mut b0 = 0;
+        let mut sup = 0;
+        while b0 < nb {
+            let (dsup, msup): ([__m256; H], [__m256; H]) = if SC == SC_FACTORED {
+                let at = sup * GROUP * 2;
+                let lanes = |s0: *const u8, j: usize| {
+                    _mm256_cvtph_ps(_mm_loadu_si128(s0.add(at + 16 * (h0 + j)) as *const __m128i))
+                };
+                (
+                    std::array::from_fn(|j| lanes(ds0, j)),
+                    std::array::from_fn(|j| {
+                        if stored_m {
+                            lanes(ms0, j)
+                        } else {
+                            _mm256_setzero_ps()
+                        }
+                    }),
+                )
+            } else {
+                ([_mm256_setzero_ps(); H], [_mm256_setzero_ps(); H])
+            };
+            let end = (b0 + per).min(nb);
+            for b in b0..end {
+                let q = q0.add(b * qb);
+                match PF {
+                    PF_L2 => {
+                        if h0 == 0 {
+                            for l in (0..qb).step_by(64) {
+                                _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(ahead + l) as *const i8);
+                            }
+                        }
+                    }
+                    PF_OFF => {}
+                    _ => {
+                        if a.n <= PREFETCH_ROWS && h0 == 0 {
+                            prefetch_ahead(q, qb, ahead, hint);
+                        }
+                    }
                 }
-            }
-            let mut parth = [[_mm256_setzero_si256(); H]; R];
-            let plane: [__m256i; H] = std::array::from_fn(|j| {
-                if high_bits > 0 {
-                    _mm256_loadu_si256(q.add(plane_at + 32 * (h0 + j)) as *const __m256i)
-                } else {
-                    _mm256_setzero_si256()
+                let mut isum = [[_mm256_setzero_si256(); H]; R];
+                let mut part = [[_mm256_setzero_si256(); H]; R];
+                if FOLD > 0 {
+                    for (k, part) in part.iter_mut().enumerate() {
+                        let l = *lane_sums.get_unchecked((i0 + k) * nb + b);
+                        *part =
+                            [_mm256_sll_epi16(_mm256_set1_epi32(l), _mm_cvtsi32_si128(FOLD)); H];
+                    }
                 }
-            });
-            for c in 0..chunks {
-                // `w`: unsigned quants (|w| for SIGNED, whose signs stay in `wh` for
-                // vpsignb; the low nibbles for WIDE, whose high ones are `wh`).
-                let mut w = [_mm256_setzero_si256(); H];
-                let mut wh = [_mm256_setzero_si256(); H];
+                let mut parth = [[_mm256_setzero_si256(); H]; R];
+                let plane: [__m256i; H] = std::array::from_fn(|j| {
+                    if high_bits > 0 {
+                        _mm256_loadu_si256(q.add(plane_at + 32 * (h0 + j)) as *const __m256i)
+                    } else {
+                        _mm256_setzero_si256()
+                    }
+                });
+                for c in 0..chunks {
+                    // `w`: unsigned quants (|w| for SIGNED, whose signs stay in `wh` for
+                    // vpsignb; the low nibbles for WIDE, whose high ones are `wh`).
+                    let mut w = [_mm256_setzero_si256(); H];
+                    let mut wh = [_mm256_setzero_si256(); H];
+                    for j in 0..H {
+                        let h = h0 + j;
+                        let raw = if NIB {
+                            let v = c % (chunks / 2);
+                            let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
+                            let nib = if c < chunks / 2 {
+                                _mm256_and_si256(raw, low)
+                            } else {
+                                _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
+                            };
+                            if high_bits > 0 {
+                                // This chunk's plane bits moved to bits 4.. of each byte (16-bit
+                                // shifts by at most 4 bring no bit of the other byte there).
+                                let s = 4 - (high_bits * c) as i32;
+                                let moved = if s >= 0 {
+                                    _mm256_sll_epi16(plane[j], _mm_cvtsi32_si128(s))
+                                } else {
+                                    _mm256_srl_epi16(plane[j], _mm_cvtsi32_si128(-s))
+                                };
+                                _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
+                            } else {
+                                nib
+                            }
+                        } else {
+                            _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
+                        };
+                        (w[j], wh[j]) = if WIDE {
+                            (
+                                _mm256_and_si256(raw, low),
+                                _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+                            )
+                        } else if SIGNED {
+                            (_mm256_abs_epi8(raw), raw)
+                        } else {
+                            (raw, raw)
+                        };
+                    }
+                    for k in 0..R {
+                        let xc = _mm256_set1_epi32(
+                            (x0[k].add(b * BK + 4 * c) as *const i32).read_unaligned(),
+                        );
+                        for j in 0..H {
+                            let (part, parth, isum) =
+                                (&mut part[k][j], &mut parth[k][j], &mut isum[k][j]);
+                            if WIDE {
+                                // Two 4-bit planes, each summed in 16 bits for the whole block.
+                                *part = _mm256_add_epi16(*part, _mm256_maddubs_epi16(w[j], xc));
+                                *parth = _mm256_add_epi16(*parth, _mm256_maddubs_epi16(wh[j], xc));
+                                if c + 1 == chunks {
+                                    *isum = _mm256_add_epi32(
+                                        _mm256_madd_epi16(*part, ones),
+                                        _mm256_madd_epi16(*parth, sixteen),
+                                    );
+                                }
+                                continue;
+                            }
+                            let pairs = if SIGNED {
+                                _mm256_maddubs_epi16(w[j], _mm256_sign_epi8(xc, wh[j]))
+                            } else {
+                                _mm256_maddubs_epi16(w[j], xc)
+                            };
+                            if run == 1 {
+                                *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(pairs, ones));
+                                continue;
+                            }
+                            *part = _mm256_add_epi16(*part, pairs);
+                            if (c + 1) % run == 0 || c + 1 == chunks {
+                                *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(*part, ones));
+                                *part = _mm256_setzero_si256();
+                            }
+                        }
+                    }
+                }
+                let (dp, mp) = (d0.add(b * sb), m0.wrapping_add(b * sb));
+                let mut dw = [_mm256_setzero_ps(); H];
+                let mut mw = [_mm256_setzero_ps(); H];
                 for j in 0..H {
                     let h = h0 + j;
-                    let raw = if NIB {
-                        let v = c % (chunks / 2);
-                        let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h) as *const __m256i);
-                        let nib = if c < chunks / 2 {
-                            _mm256_and_si256(raw, low)
-                        } else {
-                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)
+                    if SC == SC_FACTORED {
+                        // As `factored256`: the i8 integers times the super-block's lanes.
+                        let ints = |sub: *const u8| {
+                            let v = _mm_loadl_epi64(sub.add(8 * h) as *const __m128i);
+                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
                         };
-                        if high_bits > 0 {
-                            // This chunk's plane bits moved to bits 4.. of each byte (16-bit
-                            // shifts by at most 4 bring no bit of the other byte there).
-                            let s = 4 - (high_bits * c) as i32;
-                            let moved = if s >= 0 {
-                                _mm256_sll_epi16(plane[j], _mm_cvtsi32_si128(s))
-                            } else {
-                                _mm256_srl_epi16(plane[j], _mm_cvtsi32_si128(-s))
-                            };
-                            _mm256_or_si256(nib, _mm256_and_si256(moved, hmask))
-                        } else {
-                            nib
+                        dw[j] = _mm256_mul_ps(ints(dp), dsup[j]);
+                        if stored_m {
+                            mw[j] = _mm256_mul_ps(ints(mp), msup[j]);
+                        }
+                    } else if SC == SC_HALF {
+                        dw[j] = lanes256(dp, true, h);
+                        if stored_m {
+                            mw[j] = lanes256(mp, true, h);
+                        }
+                    } else if let Some(s) = b.checked_div(factored) {
+                        let at = s * GROUP * 2;
+                        dw[j] = factored256(dp, ds0.add(at), h);
+                        if stored_m {
+                            mw[j] = factored256(mp, ms0.add(at), h);
                         }
                     } else {
-                        _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
-                    };
-                    (w[j], wh[j]) = if WIDE {
-                        (
-                            _mm256_and_si256(raw, low),
-                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
-                        )
-                    } else if SIGNED {
-                        (_mm256_abs_epi8(raw), raw)
-                    } else {
-                        (raw, raw)
-                    };
+                        dw[j] = lanes256(dp, half, h);
+                        if stored_m {
+                            mw[j] = lanes256(mp, half, h);
+                        }
+                    }
+                    if let Some(k) = p.m_of_d
+                        && FOLD == 0
+                        && !SIGNED
+                    {
+                        mw[j] = _mm256_mul_ps(dw[j], _mm256_set1_ps(k));
+                    }
                 }
-                for k in 0..R {
-                    let xc = _mm256_set1_epi32(
-                        (x0[k].add(b * BK + 4 * c) as *const i32).read_unaligned(),
-                    );
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let da = _mm256_set1_ps(*da0[k].add(b * BK / 32));
+                    let s = if !SIGNED && FOLD == 0 {
+                        _mm256_set1_ps(*sums.get_unchecked((i0 + k) * nb + b))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
                     for j in 0..H {
-                        let (part, parth, isum) =
-                            (&mut part[k][j], &mut parth[k][j], &mut isum[k][j]);
-                        if WIDE {
-                            // Two 4-bit planes, each summed in 16 bits for the whole block.
-                            *part = _mm256_add_epi16(*part, _mm256_maddubs_epi16(w[j], xc));
-                            *parth = _mm256_add_epi16(*parth, _mm256_maddubs_epi16(wh[j], xc));
-                            if c + 1 == chunks {
-                                *isum = _mm256_add_epi32(
-                                    _mm256_madd_epi16(*part, ones),
-                                    _mm256_madd_epi16(*parth, sixteen),
-                                );
-                            }
-                            continue;
-                        }
-                        let pairs = if SIGNED {
-                            _mm256_maddubs_epi16(w[j], _mm256_sign_epi8(xc, wh[j]))
-                        } else {
-                            _mm256_maddubs_epi16(w[j], xc)
-                        };
-                        if run == 1 {
-                            *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(pairs, ones));
-                            continue;
-                        }
-                        *part = _mm256_add_epi16(*part, pairs);
-                        if (c + 1) % run == 0 || c + 1 == chunks {
-                            *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(*part, ones));
-                            *part = _mm256_setzero_si256();
+                        let scale = _mm256_mul_ps(dw[j], da);
+                        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k][j]), scale, acc[j]);
+                        if !SIGNED && FOLD == 0 {
+                            acc[j] = _mm256_fmadd_ps(mw[j], s, acc[j]);
                         }
                     }
                 }
             }
-            let (dp, mp) = (d0.add(b * sb), m0.wrapping_add(b * sb));
-            // Offsets stored beside the scales (not derived from them, not folded).
-            let stored_m = p.m_of_d.is_none() && FOLD == 0 && !SIGNED;
-            let mut dw = [_mm256_setzero_ps(); H];
-            let mut mw = [_mm256_setzero_ps(); H];
-            for j in 0..H {
-                let h = h0 + j;
-                if let Some(s) = b.checked_div(factored) {
-                    let at = s * GROUP * 2;
-                    dw[j] = factored256(dp, ds0.add(at), h);
-                    if stored_m {
-                        mw[j] = factored256(mp, ms0.add(at), h);
-                    }
-                } else {
-                    dw[j] = lanes256(dp, half, h);
-                    if stored_m {
-                        mw[j] = lanes256(mp, half, h);
-                    }
-                }
-                if let Some(k) = p.m_of_d
-                    && FOLD == 0
-                    && !SIGNED
-                {
-                    mw[j] = _mm256_mul_ps(dw[j], _mm256_set1_ps(k));
-                }
-            }
-            for (k, acc) in acc.iter_mut().enumerate() {
-                let da = _mm256_set1_ps(*da0[k].add(b * BK / 32));
-                let s = if !SIGNED && FOLD == 0 {
-                    _mm256_set1_ps(*sums.get_unchecked((i0 + k) * nb + b))
-                } else {
-                    _mm256_setzero_ps()
-                };
-                for j in 0..H {
-                    let scale = _mm256_mul_ps(dw[j], da);
-                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k][j]), scale, acc[j]);
-                    if !SIGNED && FOLD == 0 {
-                        acc[j] = _mm256_fmadd_ps(mw[j], s, acc[j]);
-                    }
-                }
-            }
+            b0 = end;
+            sup += 1;
         }
         acc
     }
@@ -310,37 +357,57 @@ unsafe fn run256<
         // Many rows against factored scales: each group's scales expanded once, not once
         // per tile (10-20% of a K-quant matmul at 64 rows otherwise).
         let mut expanded = Expanded::for_rows(p, part.rows.len());
-        macro_rules! tile {
-            (both, $r:literal, $g:expr, $i:expr) => {{
-                let t = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 2, $r>(
+        // One row (decode, or the last of a batch) runs `tile` compiled for its prefetch
+        // and scale case (`specialised`), as the AVX-512 kernel's `lone` does.
+        let fixed = specialised();
+        let pf = prefetch_case(a.n, prefetch().1);
+        let sc = if expanded.is_some() {
+            SC_ANY
+        } else {
+            scale_case(p)
+        };
+        macro_rules! at {
+            ($h:literal, $r:literal, $pf:ident, $sc:ident, $h0:expr, $g:expr, $i:expr) => {
+                tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, $h, $r, $pf, $sc>(
                     p,
                     a,
                     $g,
-                    0,
+                    $h0,
                     $i,
                     expanded.as_ref(),
-                );
+                )
+            };
+        }
+        macro_rules! lone {
+            ($h:literal, $h0:expr, $g:expr, $i:expr) => {
+                match (fixed, pf, sc) {
+                    (true, PF_L2, SC_HALF) => at!($h, 1, PF_L2, SC_HALF, $h0, $g, $i),
+                    (true, PF_L2, SC_FACTORED) => at!($h, 1, PF_L2, SC_FACTORED, $h0, $g, $i),
+                    (true, PF_OFF, SC_HALF) => at!($h, 1, PF_OFF, SC_HALF, $h0, $g, $i),
+                    (true, PF_OFF, SC_FACTORED) => at!($h, 1, PF_OFF, SC_FACTORED, $h0, $g, $i),
+                    _ => at!($h, 1, PF_ANY, SC_ANY, $h0, $g, $i),
+                }
+            };
+        }
+        macro_rules! tile {
+            (both, lone, $g:expr, $i:expr) => {{
+                let t = lone!(2, 0, $g, $i);
+                put($g, $i, t[0][0], t[0][1]);
+            }};
+            (one, lone, $g:expr, $i:expr) => {{
+                let lo = lone!(1, 0, $g, $i);
+                let hi = lone!(1, 1, $g, $i);
+                put($g, $i, lo[0][0], hi[0][0]);
+            }};
+            (both, $r:literal, $g:expr, $i:expr) => {{
+                let t = at!(2, $r, PF_ANY, SC_ANY, 0, $g, $i);
                 for (k, t) in t.iter().enumerate() {
                     put($g, $i + k, t[0], t[1]);
                 }
             }};
             (one, $r:literal, $g:expr, $i:expr) => {{
-                let lo = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 1, $r>(
-                    p,
-                    a,
-                    $g,
-                    0,
-                    $i,
-                    expanded.as_ref(),
-                );
-                let hi = tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, 1, $r>(
-                    p,
-                    a,
-                    $g,
-                    1,
-                    $i,
-                    expanded.as_ref(),
-                );
+                let lo = at!(1, $r, PF_ANY, SC_ANY, 0, $g, $i);
+                let hi = at!(1, $r, PF_ANY, SC_ANY, 1, $g, $i);
                 for k in 0..$r {
                     put($g, $i + k, lo[k][0], hi[k][0]);
                 }
@@ -358,7 +425,7 @@ unsafe fn run256<
                 }
                 match end - i {
                     0 => {}
-                    1 => tile!($kind, 1, g, i),
+                    1 => tile!($kind, lone, g, i),
                     2 => tile!($kind, 2, g, i),
                     3 => tile!($kind, 3, g, i),
                     _ => tile!($kind, 4, g, i),
@@ -374,64 +441,6 @@ unsafe fn run256<
                 tiles!(one, 4, g);
             } else {
                 tiles!(both, 3, g);
-            }
-        }
-    }
-}
-
-/// One group's factored scales and offsets (`PackedMatrix::factored`) as f32 lanes,
-/// `[block][16]`: exactly the values the unfactored form stores.
-pub(crate) struct Expanded {
-    pub(crate) d: Vec<f32>,
-    pub(crate) m: Vec<f32>,
-}
-
-impl Expanded {
-    /// Buffers for `p`'s groups when it is factored and a part of `rows` activation rows
-    /// is worth expanding its scales for (more than a decode step's few rows).
-    pub(crate) fn for_rows(p: &PackedMatrix, rows: usize) -> Option<Self> {
-        (p.factored > 0 && rows > PREFETCH_ROWS).then(|| Self {
-            d: vec![0.0; p.blocks() * GROUP],
-            m: if p.m_of_d.is_none() {
-                vec![0.0; p.blocks() * GROUP]
-            } else {
-                Vec::new()
-            },
-        })
-    }
-
-    /// Where the expanded scales and offsets start (offsets null when derived from the
-    /// scales), laid out as an unfactored f32 packing's lanes.
-    pub(crate) fn lanes(&self) -> (*const u8, *const u8) {
-        let m = if self.m.is_empty() {
-            std::ptr::null()
-        } else {
-            self.m.as_ptr() as *const u8
-        };
-        (self.d.as_ptr() as *const u8, m)
-    }
-
-    /// Group `g`'s lanes.
-    ///
-    /// # Safety
-    /// `p` is factored and `g` one of its groups; avx2 and f16c enabled by the caller.
-    #[inline(always)]
-    pub(crate) unsafe fn fill(&mut self, p: &PackedMatrix, g: usize) {
-        let (d0, m0) = p.scales(g, 0);
-        let (ds0, ms0) = p.supers(g, 0);
-        // SAFETY: every block's 16 i8 lanes and its super-block's 16 f16 lanes are inside
-        // the packing; the buffers hold `blocks() * GROUP` lanes.
-        unsafe {
-            for b in 0..p.blocks() {
-                let (at, sup) = (b * GROUP, b / p.factored * GROUP * 2);
-                for h in 0..2 {
-                    let v = factored256(d0.add(at), ds0.add(sup), h);
-                    _mm256_storeu_ps(self.d.as_mut_ptr().add(at + 8 * h), v);
-                    if !self.m.is_empty() {
-                        let v = factored256(m0.add(at), ms0.add(sup), h);
-                        _mm256_storeu_ps(self.m.as_mut_ptr().add(at + 8 * h), v);
-                    }
-                }
             }
         }
     }

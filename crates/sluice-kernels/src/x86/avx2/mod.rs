@@ -1,12 +1,13 @@
 //! The AVX2 kernels (AVX2 with FMA and F16C): decode attention, and the plain-loop
 //! definitions of the other kernels compiled with these features enabled. The integer
 //! matmul of `PackedMatrix` is in `matmul.rs`, activation quantisation in `acts.rs`,
-//! prompt attention in `rows.rs`.
+//! prompt attention in `rows.rs`, the matmul's scale lanes in `scales.rs`.
 //! `unsafe` only because of the CPU features, which `Simd::current` checks once.
 
 pub(crate) mod acts;
 pub(crate) mod matmul;
 pub(crate) mod rows;
+mod scales;
 
 use std::arch::x86_64::*;
 

@@ -13,20 +13,10 @@ use std::arch::x86_64::*;
 
 use super::{Group, opaque, row_block, weights};
 use crate::layout::{
-    GROUP, PREFETCH_ROWS, PackedMatrix, Prefetch, QuantActs, neg_sum, prefetch, specialised,
+    GROUP, PF_ANY, PF_L2, PF_OFF, PREFETCH_ROWS, PackedMatrix, QuantActs, SC_ANY, SC_FACTORED,
+    SC_HALF, neg_sum, prefetch, prefetch_case, scale_case, specialised,
 };
 use crate::x86::avx2::prefetch_ahead;
-
-/// `lone_as`'s prefetch: the hint read at run time, none, or into L2 (the default).
-const PF_ANY: u8 = 0;
-const PF_OFF: u8 = 1;
-const PF_L2: u8 = 2;
-
-/// `lone_as`'s scales: as `Group::scales` reads them at run time, f16 lanes, or factored
-/// (i8 lanes times f16 super-block factors).
-const SC_ANY: u8 = 0;
-const SC_HALF: u8 = 1;
-const SC_FACTORED: u8 = 2;
 
 /// Group `g` against row-major activation row `i` alone; with `FOLD`, `shift` is the
 /// offset's `s`.
@@ -49,18 +39,7 @@ pub(super) unsafe fn lone<
     // kernel (one decode token 5.33 -> 4.44 ms on SmolLM2 Q4_K_M, 10.9 -> 9.9 ms on
     // Gemma 3, alternating in one process).
     let hint = if a.n <= PREFETCH_ROWS { hint } else { 0 };
-    let pf = match hint {
-        h if h == Prefetch::L2 as u8 => PF_L2,
-        h if h == Prefetch::Off as u8 => PF_OFF,
-        _ => PF_ANY,
-    };
-    let sc = if p.factored > 0 {
-        SC_FACTORED
-    } else if p.half {
-        SC_HALF
-    } else {
-        SC_ANY
-    };
+    let (pf, sc) = (prefetch_case(a.n, hint), scale_case(p));
     macro_rules! go {
         ($pf:ident, $sc:ident) => {
             lone_as::<NIB, BK, FOLD, HIGH, GF, $pf, $sc>(p, a, g, i, shift, ahead, hint)
