@@ -18,8 +18,10 @@
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:alone` decode with and without fetching ahead
 //! (the next matrix by idle helpers, a row's keys and values before its attention);
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:nogfni` with and without the GFNI nibble split;
-//! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:generic` the AVX-512 one-row loops compiled for
-//! their case against the general loop (`sluice_kernels::set_specialised`).
+//! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:generic` the one-row loops compiled for
+//! their case against the general loop (`sluice_kernels::set_specialised`);
+//! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:even` a decode matmul's halving tasks against
+//! equal ones (`sluice_kernels::set_halving`).
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -186,12 +188,13 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 /// only settings measured side by side in one process compare.
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
-    let settings: Vec<(usize, Prefetch, bool, bool, bool, &str)> = settings
+    let settings: Vec<(usize, Prefetch, [bool; 4], &str)> = settings
         .split(',')
         .map(|c| {
             let mut fields = c.split(':');
             let ahead = fields.next().unwrap_or_default();
             let (mut hint, mut fetch, mut gfni, mut generic) = (Prefetch::L2, true, true, false);
+            let mut even = false;
             for f in fields {
                 match f {
                     "l1" => hint = Prefetch::L1,
@@ -201,28 +204,30 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
                     "alone" => fetch = false,
                     "nogfni" => gfni = false,
                     "generic" => generic = true,
-                    other => {
-                        panic!("prefetch field {other}: l1, l2, nta, off, alone, nogfni or generic")
-                    }
+                    "even" => even = true,
+                    other => panic!(
+                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic or even"
+                    ),
                 }
             }
             (
                 ahead.parse().expect("bytes ahead"),
                 hint,
-                fetch,
-                gfni,
-                generic,
+                [fetch, gfni, generic, even],
                 c,
             )
         })
         .collect();
     let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..30 {
-        for (&(ahead, hint, fetch, gfni, generic, _), t) in settings.iter().zip(times.iter_mut()) {
+        for (&(ahead, hint, [fetch, gfni, generic, even], _), t) in
+            settings.iter().zip(times.iter_mut())
+        {
             sluice_kernels::set_prefetch(ahead, hint);
             sluice_kernels::set_fetch_ahead(fetch);
             sluice_kernels::set_gfni(gfni);
             sluice_kernels::set_specialised(!generic);
+            sluice_kernels::set_halving(!even);
             let start = Instant::now();
             for pos in 64..80 {
                 let row = TokenRow {

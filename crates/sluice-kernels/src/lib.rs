@@ -34,6 +34,7 @@ mod plain;
 mod quantize;
 mod simd;
 mod softmax;
+mod tasks;
 pub mod threads;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -51,3 +52,4 @@ pub use plain::exp_fast;
 pub use quantize::quantize;
 pub use simd::{Simd, dot, dot_at, noise};
 pub use softmax::{bin_indices, exp_sum, exp_weights, max_value};
+pub use tasks::set_halving;

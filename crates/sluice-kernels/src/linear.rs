@@ -15,7 +15,7 @@ use candle_core::quantized::k_quants::{
 use std::cell::OnceCell;
 
 use crate::dense::Dense;
-use crate::layout::{PackedMatrix, Part, QuantActs};
+use crate::layout::{PackedMatrix, QuantActs};
 use crate::simd::dot;
 
 /// Why raw tensor data cannot become a `QLinear`.
@@ -57,15 +57,6 @@ pub const BATCH_ROWS: usize = 8;
 
 /// Rows of the weight matrix dequantised together by one task.
 const TILE_ROWS: usize = 16;
-
-/// Activation rows per task of a matmul over a long batch (a multiple of every kernel's
-/// row tile: 3 or 4 on AVX2, 8 on AVX-512).
-const SPLIT_ROWS: usize = 48;
-
-/// Multiply-adds a matmul task takes at most, unless that makes fewer than 4 tasks a
-/// thread: 10-25 µs, against about a µs to hand a task out. (4M made the caller wait
-/// for the last task 2.1-2.7% of a 32-slot SmolLM2 step, 1M 1.5-1.9%: perf.)
-const TASK_WORK: usize = 1 << 20;
 
 /// A source of weight rows: some quantised block format or plain f32.
 trait RowSource: Send + Sync {
@@ -282,49 +273,21 @@ impl QLinear {
             assert_eq!(y.len(), n * w.rows, "output shape");
         }
         let acts = input.acts(outs[0].0.cols);
-        // A long batch (a prompt) is also split by activation rows, so that the tasks are
-        // small and the threads finish together.
-        let row_parts = if n >= 2 * SPLIT_ROWS {
-            n / SPLIT_ROWS
-        } else {
-            1
-        };
-        // At least 4 tasks a thread, and more for much work (an output head), so that no
-        // task is long enough to leave a thread waiting long for the last one.
-        let total: usize = packed.iter().map(|p| p.groups()).sum();
+        let groups: Vec<usize> = packed.iter().map(|p| p.groups()).collect();
         let work: usize = packed.iter().map(|p| p.rows() * p.cols()).sum::<usize>() * n;
-        let group_parts = (crate::threads::threads() * 4).max(work / TASK_WORK / row_parts);
-        let per_task = total.div_ceil(group_parts).max(1);
-        let mut tasks = Vec::new();
-        for (k, p) in packed.iter().enumerate() {
-            let groups = p.groups();
-            let parts = groups.div_ceil(per_task);
-            for t in 0..parts {
-                for r in 0..row_parts {
-                    let part = Part {
-                        groups: t * groups / parts..(t + 1) * groups / parts,
-                        // Whole `SPLIT_ROWS`, the last part taking the rest.
-                        rows: r * SPLIT_ROWS..if r + 1 == row_parts {
-                            n
-                        } else {
-                            (r + 1) * SPLIT_ROWS
-                        },
-                    };
-                    tasks.push((k, part));
-                }
-            }
-        }
+        let plan = crate::tasks::plan(&groups, work, n, crate::threads::threads());
         let ys: Vec<(SendPtr, usize)> = outs
             .iter_mut()
             .map(|(w, y)| (SendPtr(y.as_mut_ptr()), w.rows))
             .collect();
-        crate::threads::for_each(tasks.len(), |t| {
-            let (k, part) = &tasks[t];
-            let (y, rows) = ys[*k];
-            // SAFETY: tasks own disjoint (group, activation row) ranges of one matrix each,
-            // so every output element is written by exactly one task, in bounds of its
-            // matrix's output.
-            unsafe { packed[*k].matmul_groups(acts, part.clone(), y.get(), rows) };
+        crate::threads::for_each(plan.len(), |t| {
+            for (k, part) in plan.task(t) {
+                let (y, rows) = ys[*k];
+                // SAFETY: tasks own disjoint (group, activation row) ranges of one matrix
+                // each (`tasks.rs`), so every output element is written by exactly one
+                // task, in bounds of its matrix's output.
+                unsafe { packed[*k].matmul_groups(acts, part.clone(), y.get(), rows) };
+            }
         });
     }
 }

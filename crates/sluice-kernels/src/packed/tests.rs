@@ -268,7 +268,7 @@ fn largest_quants_against_largest_activations_stay_exact(level: Simd) {
 }
 
 /// A long batch is split into tasks by weight groups and by activation rows
-/// (`linear::SPLIT_ROWS`); every row must still come out with the bits it has alone, for
+/// (`tasks::SPLIT_ROWS`); every row must still come out with the bits it has alone, for
 /// row counts that split evenly, unevenly and not at all.
 #[test]
 fn a_long_batch_split_by_rows_gives_each_row_its_bits_alone() {
