@@ -42,7 +42,9 @@ use half::f16;
 use rayon::prelude::*;
 
 use crate::formats::{Format, decode_row, k_factors};
-use crate::layout::{CHUNK, FOLDS, GROUP, PackedMatrix, Part, QuantActs, high_bits};
+use crate::layout::{
+    CHUNK, FOLDS, GROUP, HugeBytes, PackedMatrix, Part, QuantActs, Scratch, high_bits,
+};
 use crate::simd::Simd;
 
 impl PackedMatrix {
@@ -95,9 +97,9 @@ impl PackedMatrix {
         let nibbles = bits == 4 || (compact && bits < 8);
         let high = high_bits(nibbles, bits);
         // Decode every row once (in parallel), then interleave.
-        let mut u = vec![0u8; groups * GROUP * cols];
-        let mut d = vec![0f32; groups * GROUP * nb];
-        let mut m = vec![0f32; groups * GROUP * nb];
+        let mut u = Scratch::<u8>::zeroed(groups * GROUP * cols);
+        let mut d = Scratch::<f32>::zeroed(groups * GROUP * nb);
+        let mut m = Scratch::<f32>::zeroed(groups * GROUP * nb);
         u.par_chunks_mut(cols)
             .zip(d.par_chunks_mut(nb).zip(m.par_chunks_mut(nb)))
             .take(rows)
@@ -119,7 +121,7 @@ impl PackedMatrix {
             _ => None,
         };
         // Derived only where every offset is exactly k·d, as the decoder made it.
-        let m_of_d = k.filter(|k| m.iter().zip(&d).all(|(m, d)| *m == k * d));
+        let m_of_d = k.filter(|k| m.iter().zip(d.iter()).all(|(m, d)| *m == k * d));
         let stored_m: &[f32] = if m_of_d.is_some() { &[] } else { &m };
         let half = d
             .iter()
@@ -136,19 +138,19 @@ impl PackedMatrix {
             m_of_d,
             half,
             factored: 0,
-            qs: vec![0; groups * nb * Self::quant_bytes(f.bk, nibbles, high)],
-            d: Vec::new(),
-            m: Vec::new(),
-            dsup: Vec::new(),
-            msup: Vec::new(),
+            qs: HugeBytes::zeroed(groups * nb * Self::quant_bytes(f.bk, nibbles, high)),
+            d: HugeBytes::default(),
+            m: HugeBytes::default(),
+            dsup: HugeBytes::default(),
+            msup: HugeBytes::default(),
         };
         let qb = p.block_quant_bytes();
         p.qs.par_chunks_mut(qb).enumerate().for_each(|(i, out)| {
             Self::pack_block(i / nb, i % nb, cols, f.bk, nibbles, high, &u, out)
         });
         // Scales: [group][block][16 lanes].
-        let lanes = |v: &[f32]| -> Vec<f32> {
-            let mut out = vec![0f32; groups * nb * GROUP];
+        let lanes = |v: &[f32]| -> Scratch<f32> {
+            let mut out = Scratch::zeroed(groups * nb * GROUP);
             for g in 0..groups {
                 for b in 0..nb {
                     for j in 0..GROUP {
@@ -158,14 +160,17 @@ impl PackedMatrix {
             }
             out
         };
-        let bytes_of = |v: Vec<f32>| -> Vec<u8> {
-            if half {
-                v.iter()
-                    .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-                    .collect()
-            } else {
-                v.iter().flat_map(|x| x.to_le_bytes()).collect()
+        let bytes_of = |v: Scratch<f32>| -> HugeBytes {
+            let size = if half { 2 } else { 4 };
+            let mut out = HugeBytes::zeroed(v.len() * size);
+            for (o, x) in out.chunks_exact_mut(size).zip(v.iter()) {
+                if half {
+                    o.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
+                } else {
+                    o.copy_from_slice(&x.to_le_bytes());
+                }
             }
+            out
         };
         // K-quant scales kept as the file keeps them where that gives every value
         // exactly: a decode token then reads 4.6 bits per Q4_K weight instead of 6 (f32
@@ -307,10 +312,10 @@ pub(crate) fn fold512(p: &PackedMatrix) -> Option<usize> {
 /// integers and `[row][super-block]` f16-exact scales.
 struct Factors {
     per: usize,
-    dsub: Vec<i8>,
-    msub: Vec<i8>,
-    dsup: Vec<f32>,
-    msup: Vec<f32>,
+    dsub: Scratch<i8>,
+    msub: Scratch<i8>,
+    dsup: Scratch<f32>,
+    msup: Scratch<f32>,
 }
 
 impl Factors {
@@ -332,10 +337,10 @@ impl Factors {
         let supers = nb / per;
         let mut fs = Self {
             per,
-            dsub: vec![0; padded * nb],
-            msub: vec![0; padded * nb],
-            dsup: vec![0.0; padded * supers],
-            msup: vec![0.0; padded * supers],
+            dsub: Scratch::zeroed(padded * nb),
+            msub: Scratch::zeroed(padded * nb),
+            dsup: Scratch::zeroed(padded * supers),
+            msup: Scratch::zeroed(padded * supers),
         };
         for r in 0..rows {
             k_factors(
@@ -358,8 +363,8 @@ impl Factors {
     }
 
     /// `[group][block][16 lanes]` bytes of per-block integers.
-    fn sub_lanes(&self, v: &[i8], groups: usize, nb: usize) -> Vec<u8> {
-        let mut out = vec![0u8; groups * nb * GROUP];
+    fn sub_lanes(&self, v: &[i8], groups: usize, nb: usize) -> HugeBytes {
+        let mut out = HugeBytes::zeroed(groups * nb * GROUP);
         for g in 0..groups {
             for b in 0..nb {
                 for j in 0..GROUP {
@@ -371,13 +376,14 @@ impl Factors {
     }
 
     /// `[group][super-block][16 lanes]` f16 bytes of per-super-block scales.
-    fn sup_lanes(&self, v: &[f32], groups: usize, supers: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(groups * supers * GROUP * 2);
+    fn sup_lanes(&self, v: &[f32], groups: usize, supers: usize) -> HugeBytes {
+        let mut out = HugeBytes::zeroed(groups * supers * GROUP * 2);
         for g in 0..groups {
             for s in 0..supers {
                 for j in 0..GROUP {
                     let x = f16::from_f32(v[(g * GROUP + j) * supers + s]);
-                    out.extend_from_slice(&x.to_le_bytes());
+                    let at = ((g * supers + s) * GROUP + j) * 2;
+                    out[at..at + 2].copy_from_slice(&x.to_le_bytes());
                 }
             }
         }

@@ -179,11 +179,11 @@ pub struct PackedMatrix {
     /// `dsup`/`msup` one f16 per lane and super-block, `d = dsup · d[..]` exactly.
     /// 0: `d` and `m` hold the whole values (f16 or f32, `half`).
     pub(crate) factored: usize,
-    pub(crate) qs: Vec<u8>,
-    pub(crate) d: Vec<u8>,
-    pub(crate) m: Vec<u8>,
-    pub(crate) dsup: Vec<u8>,
-    pub(crate) msup: Vec<u8>,
+    pub(crate) qs: super::HugeBytes,
+    pub(crate) d: super::HugeBytes,
+    pub(crate) m: super::HugeBytes,
+    pub(crate) dsup: super::HugeBytes,
+    pub(crate) msup: super::HugeBytes,
 }
 
 impl PackedMatrix {

@@ -5,6 +5,7 @@
 mod acts;
 mod attn;
 mod matrix;
+mod pages;
 
 pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
@@ -16,3 +17,4 @@ pub(crate) use matrix::{
     specialised,
 };
 pub use matrix::{PackedMatrix, Part, Prefetch, set_gfni, set_prefetch, set_specialised};
+pub(crate) use pages::{HugeBytes, Scratch};
