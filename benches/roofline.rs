@@ -5,7 +5,7 @@
 //! `cargo bench --bench roofline` measures, in each round:
 //! - the read bandwidth with the compute pool's thread count: a streaming sum (plain, and
 //!   prefetching 8 KB ahead as the decode matmuls do), the best of 10 passes as STREAM
-//!   reports its best, over 1 GiB (far beyond most caches) and over a
+//!   reports its best, on huge pages as the weights are, over 1 GiB (far beyond most caches) and over a
 //!   buffer the size of a token's reads (what decode streams again and again: on a CPU
 //!   whose last-level cache holds the weights, this is the faster one), right before and
 //!   right after each decode figure (the highest of the four is its roofline);
@@ -73,7 +73,7 @@ fn main() {
         .num_threads(threads)
         .build()
         .expect("a thread pool");
-    let buf = vec![1u64; (1 << 30) / 8];
+    let buf = Words::ones((1 << 30) / 8);
     let mut rows = Vec::new();
     for dtype in types.split(',').map(str::trim) {
         let path = match (&llama, dtype) {
@@ -90,7 +90,7 @@ fn main() {
         };
         println!("{label}: {:.1} MB read per decode token", bytes / 1e6);
         // A buffer of a token's reads: what decode itself streams, cached or not.
-        let token_buf = vec![1u64; bytes as usize / 8];
+        let token_buf = Words::ones(bytes as usize / 8);
         // Rounds alternate the sides, so that both see the machine in the same state.
         let mut measured: Vec<Round> = Vec::new();
         let mut bandwidths: Vec<(f64, f64)> = Vec::new();
@@ -250,6 +250,43 @@ fn token_bytes(path: &Path) -> f64 {
     };
     let position = 1.0 + TOKENS as f64 / 2.0;
     bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
+}
+
+/// Words of ones on huge pages where the system allows them, as sluice keeps its weights
+/// (`crates/sluice-kernels/src/layout/pages.rs`): on 4 KB pages every 4 KB read is a TLB
+/// miss, and the ceiling would be set too low.
+struct Words {
+    map: memmap2::MmapMut,
+    start: usize,
+    len: usize,
+}
+
+impl Words {
+    fn ones(len: usize) -> Self {
+        const HUGE: usize = 2 << 20;
+        let map = memmap2::MmapMut::map_anon(len * 8 + HUGE).expect("an anonymous map");
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let start = map.as_ptr().align_offset(HUGE);
+        let mut w = Self { map, start, len };
+        w.words_mut().fill(1);
+        w
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: `start` is 2 MB-aligned (so 8-byte aligned) and `len` words fit after it.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(self.start).cast(), self.len)
+        }
+    }
+}
+
+impl std::ops::Deref for Words {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        // SAFETY: as in `words_mut`.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(self.start).cast(), self.len) }
+    }
 }
 
 /// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current pool, each
