@@ -11,9 +11,10 @@
 //! AVX-512 VNNI, alone and with the float epilogue that scales every block of 32 weights.
 //! Last, decode attention of one query group for two head shapes, from L1, decode and
 //! prompt-tile attention over a long context (`attend_rows`), and a whole 32-stream step's
-//! decode attention over a KV slab, from memory. `SLUICE_BENCH_ONLY=attention` runs only
-//! the attention tables (no model file needed); `SLUICE_BENCH_ONLY=threads` what it costs
-//! the compute threads to start and join a parallel region (`kernels/sync.rs`).
+//! decode attention over a KV slab, from memory, on 4 KB and on huge pages
+//! (`--kv-huge-pages`). `SLUICE_BENCH_ONLY=attention` runs only the attention tables (no
+//! model file needed); `SLUICE_BENCH_ONLY=threads` what it costs the compute threads to
+//! start and join a parallel region (`kernels/sync.rs`).
 
 #[path = "kernels/sync.rs"]
 mod sync;
@@ -200,53 +201,60 @@ fn slab_attention_table() {
     use sluice::engine::testing::KvSlab;
     use sluice_kernels::{Attn, attend_group, noise};
     println!(
-        "| slab attention (layers x slots x kv heads, hd x g) | positions | ms/step | GMAC/s |"
+        "| slab attention (layers x slots x kv heads, hd x g) | pages | positions | ms/step | GMAC/s |"
     );
-    println!("|---|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|");
     let slots = 32;
+    // Each shape on ordinary pages and with `--kv-huge-pages`' advice.
     for (layers, kvh, hd, g) in [(30usize, 3usize, 64usize, 3usize), (18, 1, 256, 4)] {
-        let mut kv = KvSlab::contiguous(layers, kvh, hd, slots, 1024);
-        let (k, v) = (noise(kvh * hd, 2), noise(kvh * hd, 3));
-        let q = noise(g * kvh * hd, 1);
-        let len = 192;
-        for layer in 0..layers {
-            for slot in 0..slots {
-                for pos in 0..len {
-                    kv.write(layer, slot, pos, &k, &v);
+        for huge in [false, true] {
+            let mut kv = KvSlab::contiguous(layers, kvh, hd, slots, 1024);
+            if huge {
+                kv.advise_huge_pages();
+            }
+            let (k, v) = (noise(kvh * hd, 2), noise(kvh * hd, 3));
+            let q = noise(g * kvh * hd, 1);
+            let len = 192;
+            for layer in 0..layers {
+                for slot in 0..slots {
+                    for pos in 0..len {
+                        kv.write(layer, slot, pos, &k, &v);
+                    }
                 }
             }
+            let step = || {
+                for layer in 0..layers {
+                    let kv = &kv;
+                    let q = &q;
+                    sluice_kernels::threads::for_each(slots * kvh, |i| {
+                        let (slot, h) = (i / kvh, i % kvh);
+                        let view = kv.read(layer, slot, h, len);
+                        let a = Attn {
+                            q: &q[h * g * hd..(h + 1) * g * hd],
+                            hd,
+                            keys: view.keys,
+                            values: view.values,
+                            table: view.table,
+                            block_stride: view.block_stride,
+                            len,
+                            scale: 0.125,
+                            start: 0,
+                            softcap: None,
+                        };
+                        let mut out = vec![0f32; g * hd];
+                        attend_group(&a, &mut Vec::new(), &mut out);
+                        std::hint::black_box(&out);
+                    });
+                }
+            };
+            let per = seconds_per_call(step);
+            println!(
+                "| {layers} x {slots} x {kvh}, {hd} x {g} | {} | {len} | {:.2} | {:.1} |",
+                if huge { "huge" } else { "4 KB" },
+                per * 1e3,
+                (2 * layers * slots * kvh * g * hd * len) as f64 / per / 1e9
+            );
         }
-        let step = || {
-            for layer in 0..layers {
-                let kv = &kv;
-                let q = &q;
-                sluice_kernels::threads::for_each(slots * kvh, |i| {
-                    let (slot, h) = (i / kvh, i % kvh);
-                    let view = kv.read(layer, slot, h, len);
-                    let a = Attn {
-                        q: &q[h * g * hd..(h + 1) * g * hd],
-                        hd,
-                        keys: view.keys,
-                        values: view.values,
-                        table: view.table,
-                        block_stride: view.block_stride,
-                        len,
-                        scale: 0.125,
-                        start: 0,
-                        softcap: None,
-                    };
-                    let mut out = vec![0f32; g * hd];
-                    attend_group(&a, &mut Vec::new(), &mut out);
-                    std::hint::black_box(&out);
-                });
-            }
-        };
-        let per = seconds_per_call(step);
-        println!(
-            "| {layers} x {slots} x {kvh}, {hd} x {g} | {len} | {:.2} | {:.1} |",
-            per * 1e3,
-            (2 * layers * slots * kvh * g * hd * len) as f64 / per / 1e9
-        );
     }
 }
 

@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// Shortest common prompt prefix worth reusing, in tokens.
     #[arg(long, env = "SLUICE_MIN_PREFIX_REUSE", default_value_t = 16)]
     pub min_prefix_reuse: usize,
+    /// Put the KV pool on transparent huge pages: faster attention, but memory is taken
+    /// 2 MB per layer and head at a time, so the pool soon becomes resident in full.
+    #[arg(long, env = "SLUICE_KV_HUGE_PAGES")]
+    pub kv_huge_pages: bool,
     /// Speculative decoding: `ngram` drafts tokens from each sequence's own prompt and
     /// output (where its last tokens occurred before) and verifies them in the step's
     /// forward pass, never changing a token; `off` decodes one token per step.
@@ -334,6 +338,7 @@ impl ServeArgs {
             max_batch_tokens,
             prefix_reuse: !self.no_prefix_reuse,
             min_prefix_reuse: int("min-prefix-reuse", self.min_prefix_reuse, 1, context)?,
+            kv_huge_pages: self.kv_huge_pages,
             spec_tokens: match self.speculative.as_str() {
                 "off" => 0,
                 _ => int("spec-tokens", self.spec_tokens, 1, 64)?,

@@ -18,6 +18,8 @@ pub struct EngineConfig {
     pub prefix_reuse: bool,
     /// Shortest prefix worth reusing, in tokens.
     pub min_prefix_reuse: usize,
+    /// Whether the KV pool asks for transparent huge pages (`KvSlab::advise_huge_pages`).
+    pub kv_huge_pages: bool,
     /// Most drafted tokens a sequence verifies per step (speculative decoding, drafts
     /// from its own context); 0 turns speculation off.
     pub spec_tokens: usize,
@@ -44,6 +46,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 512,
             prefix_reuse: true,
             min_prefix_reuse: 16,
+            kv_huge_pages: false,
             spec_tokens: 8,
             spec_max_batch: 8,
             max_queued: 256,

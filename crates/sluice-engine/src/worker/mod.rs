@@ -76,6 +76,9 @@ impl Worker {
             config.slots,
             config.kv_blocks(),
         );
+        if config.kv_huge_pages {
+            cache.slab.advise_huge_pages();
+        }
         let seed_counter = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
