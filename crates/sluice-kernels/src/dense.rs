@@ -5,13 +5,14 @@
 
 use half::{bf16, f16};
 
+use crate::layout::Huge;
 use crate::simd::{Simd, dot_at};
 
-/// The stored values.
+/// The stored values, on huge pages as the packed weights are (`layout/pages.rs`).
 pub(crate) enum Values {
-    F32(Vec<f32>),
-    F16(Vec<u16>),
-    Bf16(Vec<u16>),
+    F32(Huge<f32>),
+    F16(Huge<u16>),
+    Bf16(Huge<u16>),
 }
 
 /// A `rows x cols` unquantised matrix.
@@ -20,20 +21,21 @@ pub(crate) struct Dense {
     pub cols: usize,
 }
 
-fn halves(bytes: &[u8]) -> Vec<u16> {
-    bytes
-        .chunks_exact(2)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .collect()
+fn halves(bytes: &[u8]) -> Huge<u16> {
+    let mut out = Huge::zeroed(bytes.len() / 2);
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = u16::from_le_bytes([b[0], b[1]]);
+    }
+    out
 }
 
 impl Dense {
     /// F32 data from little-endian bytes.
     pub fn f32(bytes: &[u8], cols: usize) -> Self {
-        let v = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let mut v = Huge::zeroed(bytes.len() / 4);
+        for (o, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+            *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
         Self {
             values: Values::F32(v),
             cols,

@@ -17,4 +17,4 @@ pub(crate) use matrix::{
     specialised,
 };
 pub use matrix::{PackedMatrix, Part, Prefetch, set_gfni, set_prefetch, set_specialised};
-pub(crate) use pages::{HugeBytes, Scratch};
+pub(crate) use pages::{Huge, HugeBytes, Scratch};

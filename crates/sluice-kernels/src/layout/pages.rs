@@ -60,102 +60,6 @@ fn huge_pages() -> bool {
 /// chunk whose buffers are all dropped is unmapped even while it is the current one.
 static CURRENT: Mutex<(Weak<Chunk>, usize)> = Mutex::new((Weak::new(), 0));
 
-/// A zeroed byte buffer on huge pages where the system allows (see the module's note).
-pub struct HugeBytes {
-    ptr: *mut u8,
-    len: usize,
-    /// Keeps the mapping alive; `None` for the empty buffer.
-    _chunk: Option<Arc<Chunk>>,
-}
-
-// SAFETY: a `HugeBytes` owns its bytes exclusively (no two buffers overlap: each is carved
-// from space no other buffer was given), as a `Vec<u8>` does; the shared `Chunk` is only
-// unmapped when the last owner drops it.
-unsafe impl Send for HugeBytes {}
-// SAFETY: as above; shared access only reads.
-unsafe impl Sync for HugeBytes {}
-
-impl HugeBytes {
-    /// `len` zero bytes.
-    pub fn zeroed(len: usize) -> Self {
-        if len == 0 {
-            return Self::default();
-        }
-        if len > CHUNK / 4 {
-            let chunk = Arc::new(Chunk::new(len.next_multiple_of(HUGE)));
-            return Self {
-                ptr: chunk.base(),
-                len,
-                _chunk: Some(chunk),
-            };
-        }
-        let mut current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
-        let (weak, used) = &mut *current;
-        let chunk = match weak.upgrade() {
-            Some(c) if *used + len <= CHUNK => c,
-            _ => {
-                let c = Arc::new(Chunk::new(CHUNK));
-                *weak = Arc::downgrade(&c);
-                *used = 0;
-                c
-            }
-        };
-        // SAFETY: `used + len <= CHUNK`, inside the mapping; this space was never handed
-        // out (the offset only grows), so it is still zero.
-        let ptr = unsafe { chunk.base().add(*used) };
-        *used = (*used + len).next_multiple_of(ALIGN);
-        Self {
-            ptr,
-            len,
-            _chunk: Some(chunk),
-        }
-    }
-
-    /// A copy of `bytes`.
-    pub fn copied(bytes: &[u8]) -> Self {
-        let mut b = Self::zeroed(bytes.len());
-        b.copy_from_slice(bytes);
-        b
-    }
-}
-
-impl Default for HugeBytes {
-    fn default() -> Self {
-        Self {
-            ptr: std::ptr::NonNull::dangling().as_ptr(),
-            len: 0,
-            _chunk: None,
-        }
-    }
-}
-
-impl std::ops::Deref for HugeBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points at `len` bytes this buffer owns (dangling only when empty).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl std::ops::DerefMut for HugeBytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Clone for HugeBytes {
-    fn clone(&self) -> Self {
-        Self::copied(self)
-    }
-}
-
-impl std::fmt::Debug for HugeBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HugeBytes({} bytes)", self.len)
-    }
-}
-
 /// Types whose all-zero bytes are a valid value, for [`Scratch`].
 ///
 /// # Safety
@@ -166,7 +70,111 @@ unsafe impl Zero for u8 {}
 // SAFETY: as above.
 unsafe impl Zero for i8 {}
 // SAFETY: as above.
+unsafe impl Zero for u16 {}
+// SAFETY: as above.
 unsafe impl Zero for f32 {}
+
+/// A zeroed array on huge pages where the system allows (see the module's note).
+pub struct Huge<T: Zero> {
+    ptr: *mut T,
+    len: usize,
+    /// Keeps the mapping alive; `None` for the empty array.
+    _chunk: Option<Arc<Chunk>>,
+}
+
+/// Quants, scales and factors: bytes.
+pub type HugeBytes = Huge<u8>;
+
+// SAFETY: a `Huge` owns its elements exclusively (no two arrays overlap: each is carved
+// from space no other array was given), as a `Vec` does; the shared `Chunk` is only
+// unmapped when the last owner drops it. `T: Zero` types are plain numbers.
+unsafe impl<T: Zero> Send for Huge<T> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<T: Zero> Sync for Huge<T> {}
+
+impl<T: Zero> Huge<T> {
+    /// `len` zeros.
+    pub fn zeroed(len: usize) -> Self {
+        let bytes = len * size_of::<T>();
+        if bytes == 0 {
+            return Self::default();
+        }
+        if bytes > CHUNK / 4 {
+            let chunk = Arc::new(Chunk::new(bytes.next_multiple_of(HUGE)));
+            return Self {
+                ptr: chunk.base().cast(),
+                len,
+                _chunk: Some(chunk),
+            };
+        }
+        let mut current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+        let (weak, used) = &mut *current;
+        let chunk = match weak.upgrade() {
+            Some(c) if *used + bytes <= CHUNK => c,
+            _ => {
+                let c = Arc::new(Chunk::new(CHUNK));
+                *weak = Arc::downgrade(&c);
+                *used = 0;
+                c
+            }
+        };
+        // SAFETY: `used + bytes <= CHUNK`, inside the mapping; this space was never handed
+        // out (the offset only grows), so it is still zero, and `used` is a multiple of
+        // `ALIGN` (64), so aligned for any `Zero` type.
+        let ptr = unsafe { chunk.base().add(*used) }.cast();
+        *used = (*used + bytes).next_multiple_of(ALIGN);
+        Self {
+            ptr,
+            len,
+            _chunk: Some(chunk),
+        }
+    }
+
+    /// A copy of `values`.
+    pub fn copied(values: &[T]) -> Self {
+        let mut b = Self::zeroed(values.len());
+        b.copy_from_slice(values);
+        b
+    }
+}
+
+impl<T: Zero> Default for Huge<T> {
+    fn default() -> Self {
+        Self {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+            _chunk: None,
+        }
+    }
+}
+
+impl<T: Zero> std::ops::Deref for Huge<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` points at `len` initialised `T`s this array owns (dangling and
+        // aligned only when empty).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T: Zero> std::ops::DerefMut for Huge<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl<T: Zero> Clone for Huge<T> {
+    fn clone(&self) -> Self {
+        Self::copied(self)
+    }
+}
+
+impl<T: Zero> std::fmt::Debug for Huge<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Huge({} x {} bytes)", self.len, size_of::<T>())
+    }
+}
 
 /// A zeroed array on its own anonymous mapping, unmapped when dropped: the large
 /// temporaries of packing a matrix (an output head's decoded quants are 28 MB for the
