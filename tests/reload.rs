@@ -70,6 +70,8 @@ fn url() -> &'static str {
         c.admin_token = Some(TOKEN.into());
         c.reload_dirs = vec![dir(), model_path().parent().unwrap().to_path_buf()];
         c.slots = 16;
+        // Room for streams that outlast a reload's load (below).
+        c.context = Some(2048);
     })
 }
 
@@ -315,14 +317,17 @@ async fn reloads_swap_weights_without_losing_anything() {
     assert_eq!(new, fresh_new, "same as a fresh server on the new file");
 
     // wait: requests in flight (each has its first token) all finish with old-weights
-    // output, then the swap; meanwhile another reload is refused.
-    let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": 200,
+    // output, then the swap; meanwhile another reload is refused. They must still be
+    // running when the new weights are loaded (about a second on 2 cores, competing with
+    // them), or the engine never holds the swap: 200 tokens each once sufficed, but no
+    // longer does with faster decode.
+    let body = json!({"model": model().await, "prompt": PROMPT, "max_tokens": 1000,
                       "temperature": 0, "ignore_eos": true});
     let v = common::post_json(&format!("{}/v1/completions", url()), &body).await;
     let long_new = v["choices"][0]["text"].as_str().unwrap().to_string();
     let mut pending = Vec::new();
     for _ in 0..4 {
-        pending.push(started(200, 0.0).await);
+        pending.push(started(1000, 0.0).await);
     }
     let b = base.clone();
     let busy = tokio::spawn(async move { reload(&b, "wait", "v3").await });
@@ -356,8 +361,10 @@ async fn reloads_swap_weights_without_losing_anything() {
     assert_eq!(queued_whole.await.unwrap(), (old.clone(), "v3".into()));
     assert_eq!(greedy(24).await, (old.clone(), "v3".into()));
 
-    // abort: a running stream ends with an error chunk.
-    let victim = started(400, 0.7).await;
+    // abort: a running stream ends with an error chunk. Long enough to be running still
+    // when the new weights are ready: loading them takes about a second on 2 cores, and
+    // 400 tokens (once enough) can now finish first.
+    let victim = started(1900, 0.7).await;
     let (s, r) = reload(&var, "abort", "v5").await;
     assert_eq!(s, 200, "{r}");
     assert!(r["aborted"].as_u64().unwrap() >= 1, "{r}");
