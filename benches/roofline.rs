@@ -73,7 +73,7 @@ fn main() {
         .num_threads(threads)
         .build()
         .expect("a thread pool");
-    let buf = Words::ones((1 << 30) / 8);
+    let buf = ones((1 << 30) / 8);
     let mut rows = Vec::new();
     for dtype in types.split(',').map(str::trim) {
         let path = match (&llama, dtype) {
@@ -90,7 +90,7 @@ fn main() {
         };
         println!("{label}: {:.1} MB read per decode token", bytes / 1e6);
         // A buffer of a token's reads: what decode itself streams, cached or not.
-        let token_buf = Words::ones(bytes as usize / 8);
+        let token_buf = ones(bytes as usize / 8);
         // Rounds alternate the sides, so that both see the machine in the same state.
         let mut measured: Vec<Round> = Vec::new();
         let mut bandwidths: Vec<(f64, f64)> = Vec::new();
@@ -252,41 +252,13 @@ fn token_bytes(path: &Path) -> f64 {
     bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
 }
 
-/// Words of ones on huge pages where the system allows them, as sluice keeps its weights
-/// (`crates/sluice-kernels/src/layout/pages.rs`): on 4 KB pages every 4 KB read is a TLB
-/// miss, and the ceiling would be set too low.
-struct Words {
-    map: memmap2::MmapMut,
-    start: usize,
-    len: usize,
-}
-
-impl Words {
-    fn ones(len: usize) -> Self {
-        const HUGE: usize = 2 << 20;
-        let map = memmap2::MmapMut::map_anon(len * 8 + HUGE).expect("an anonymous map");
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
-        let start = map.as_ptr().align_offset(HUGE);
-        let mut w = Self { map, start, len };
-        w.words_mut().fill(1);
-        w
-    }
-
-    fn words_mut(&mut self) -> &mut [u64] {
-        // SAFETY: `start` is 2 MB-aligned (so 8-byte aligned) and `len` words fit after it.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(self.start).cast(), self.len)
-        }
-    }
-}
-
-impl std::ops::Deref for Words {
-    type Target = [u64];
-    fn deref(&self) -> &[u64] {
-        // SAFETY: as in `words_mut`.
-        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(self.start).cast(), self.len) }
-    }
+/// `len` words of ones, on huge pages where the system allows them, as sluice keeps its
+/// weights (`sluice_kernels::Huge`): on 4 KB pages every 4 KB read is a TLB miss, and the
+/// ceiling would be set too low.
+fn ones(len: usize) -> sluice_kernels::Huge<u64> {
+    let mut w = sluice_kernels::Huge::zeroed(len);
+    w.fill(1);
+    w
 }
 
 /// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current pool, each

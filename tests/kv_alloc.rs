@@ -12,12 +12,8 @@ use sluice_kernels::CountingAlloc;
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc::new();
 
-fn rss_kb() -> usize {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+fn rss_kb() -> u64 {
+    common::proc_kb("self/status", "VmRSS").unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,12 +73,8 @@ async fn a_thousand_requests_allocate_no_kv() {
     );
 }
 
-fn rss_kb_of(pid: u32) -> usize {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+fn rss_kb_of(pid: u32) -> u64 {
+    common::proc_kb(&format!("{pid}/status"), "VmRSS").unwrap_or(0)
 }
 
 /// `sluice serve` with the default 32 slots x 2048 positions reserves a 1.5 GB f16 slab

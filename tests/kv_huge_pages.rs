@@ -6,11 +6,7 @@ mod common;
 
 /// The server's `AnonHugePages` (kB): memory on transparent huge pages.
 fn huge_kb_of(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    common::proc_kb(&format!("{pid}/smaps_rollup"), "AnonHugePages").unwrap_or(0)
 }
 
 /// `--kv-huge-pages` puts the pool on huge pages: one short request then makes 2 MB per

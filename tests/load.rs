@@ -20,15 +20,7 @@ const STREAMS: usize = 1000;
 const RSS_BOUND_MB: u64 = 512;
 
 fn rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        / 1024
+    common::proc_kb(&format!("{pid}/status"), "VmRSS").unwrap_or(0) / 1024
 }
 
 /// How one request ended.

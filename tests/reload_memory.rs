@@ -15,14 +15,7 @@ const TOKEN: &str = "test-admin-token";
 
 /// The server process's resident size, in KB.
 fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .expect("the server's VmRSS")
+    common::proc_kb(&format!("{pid}/status"), "VmRSS").expect("the server's VmRSS")
 }
 
 async fn complete(base: &str) {

@@ -421,3 +421,12 @@ pub fn sse_errors(raw: &str) -> Vec<serde_json::Value> {
         .filter_map(sse::Event::error)
         .collect()
 }
+
+/// A `kB` field of a /proc file (`"self/status"`, `"{pid}/smaps_rollup"`): `VmRSS`,
+/// `AnonHugePages`. `None` when the file or the field cannot be read.
+pub fn proc_kb(file: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}

@@ -44,8 +44,8 @@ pub use ahead::{prefetch, set_fetch_ahead};
 pub use alloc::{CountingAlloc, return_freed_memory};
 pub use attention::{attend_group, attend_rows, rows_per_tile};
 pub use layout::{
-    ABLOCK, Attn, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, key_index, set_gfni,
-    set_prefetch, set_specialised,
+    ABLOCK, Attn, Huge, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, Zero, key_index,
+    set_gfni, set_prefetch, set_specialised,
 };
 pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;

@@ -17,4 +17,5 @@ pub(crate) use matrix::{
     specialised,
 };
 pub use matrix::{PackedMatrix, Part, Prefetch, set_gfni, set_prefetch, set_specialised};
-pub(crate) use pages::{Huge, HugeBytes, Scratch};
+pub use pages::{Huge, Zero};
+pub(crate) use pages::{HugeBytes, Scratch};

@@ -60,7 +60,7 @@ fn huge_pages() -> bool {
 /// chunk whose buffers are all dropped is unmapped even while it is the current one.
 static CURRENT: Mutex<(Weak<Chunk>, usize)> = Mutex::new((Weak::new(), 0));
 
-/// Types whose all-zero bytes are a valid value, for [`Scratch`].
+/// Types whose all-zero bytes are a valid value: what a [`Huge`] or [`Scratch`] array holds.
 ///
 /// # Safety
 /// Every bit pattern of zeros must be a valid `Self`.
@@ -71,6 +71,8 @@ unsafe impl Zero for u8 {}
 unsafe impl Zero for i8 {}
 // SAFETY: as above.
 unsafe impl Zero for u16 {}
+// SAFETY: as above.
+unsafe impl Zero for u64 {}
 // SAFETY: as above.
 unsafe impl Zero for f32 {}
 
