@@ -21,7 +21,9 @@
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:generic` the one-row loops compiled for
 //! their case against the general loop (`sluice_kernels::set_specialised`);
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:even` a decode matmul's halving tasks against
-//! equal ones (`sluice_kernels::set_halving`).
+//! equal ones (`sluice_kernels::set_halving`); a field `w2048` sets the distance of 8-bit
+//! quants (Q8_0) apart, which is otherwise the CPU's default
+//! (`sluice_kernels::set_prefetch_whole_bytes`).
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -188,15 +190,19 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 /// only settings measured side by side in one process compare.
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
-    let settings: Vec<(usize, Prefetch, [bool; 4], &str)> = settings
+    type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], &'a str);
+    let settings: Vec<Setting> = settings
         .split(',')
         .map(|c| {
             let mut fields = c.split(':');
             let ahead = fields.next().unwrap_or_default();
             let (mut hint, mut fetch, mut gfni, mut generic) = (Prefetch::L2, true, true, false);
-            let mut even = false;
+            let (mut even, mut whole) = (false, None);
             for f in fields {
                 match f {
+                    f if f.starts_with('w') => {
+                        whole = Some(f[1..].parse().expect("w and the 8-bit distance"))
+                    }
                     "l1" => hint = Prefetch::L1,
                     "l2" => hint = Prefetch::L2,
                     "nta" => hint = Prefetch::Nta,
@@ -206,12 +212,13 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
                     "generic" => generic = true,
                     "even" => even = true,
                     other => panic!(
-                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic or even"
+                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic, even or wN"
                     ),
                 }
             }
             (
                 ahead.parse().expect("bytes ahead"),
+                whole,
                 hint,
                 [fetch, gfni, generic, even],
                 c,
@@ -220,10 +227,11 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
         .collect();
     let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..30 {
-        for (&(ahead, hint, [fetch, gfni, generic, even], _), t) in
+        for (&(ahead, whole, hint, [fetch, gfni, generic, even], _), t) in
             settings.iter().zip(times.iter_mut())
         {
             sluice_kernels::set_prefetch(ahead, hint);
+            sluice_kernels::set_prefetch_whole_bytes(whole);
             sluice_kernels::set_fetch_ahead(fetch);
             sluice_kernels::set_gfni(gfni);
             sluice_kernels::set_specialised(!generic);

@@ -45,7 +45,7 @@ pub use alloc::{CountingAlloc, return_freed_memory};
 pub use attention::{attend_group, attend_rows, rows_per_tile};
 pub use layout::{
     ABLOCK, Attn, Huge, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, Zero, key_index,
-    set_gfni, set_prefetch, set_specialised,
+    set_gfni, set_prefetch, set_prefetch_whole_bytes, set_specialised,
 };
 pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;

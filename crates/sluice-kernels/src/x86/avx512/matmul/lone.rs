@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use super::{Group, opaque, row_block, weights};
 use crate::layout::{
     GROUP, PF_ANY, PF_L2, PF_OFF, PREFETCH_ROWS, PackedMatrix, QuantActs, SC_ANY, SC_FACTORED,
-    SC_HALF, neg_sum, prefetch, prefetch_case, scale_case, specialised,
+    SC_HALF, neg_sum, prefetch_case, prefetch_for, scale_case, specialised,
 };
 use crate::x86::avx2::prefetch_ahead;
 
@@ -34,7 +34,7 @@ pub(super) unsafe fn lone<
     i: usize,
     shift: u32,
 ) -> __m512 {
-    let (ahead, hint) = prefetch();
+    let (ahead, hint) = prefetch_for(NIB);
     // Few rows (decode) read the weights from memory: asked for ahead, as in the AVX2
     // kernel (one decode token 5.33 -> 4.44 ms on SmolLM2 Q4_K_M, 10.9 -> 9.9 ms on
     // Gemma 3, alternating in one process).
