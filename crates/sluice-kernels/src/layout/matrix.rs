@@ -478,3 +478,28 @@ pub(crate) fn folded_shift(p: &PackedMatrix) -> i32 {
 pub(crate) const fn high_bits(nibbles: bool, bits: u32) -> usize {
     if nibbles { bits as usize - 4 } else { 0 }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn whole_byte_quants_prefetch_their_own_distance() {
+        // Nibbles go the distance of `set_prefetch`; whole bytes theirs, and 0 asks nothing.
+        let (ahead, hint) = prefetch();
+        assert_eq!(prefetch_for(true), (ahead, hint));
+        set_prefetch_whole_bytes(Some(3072));
+        assert_eq!(prefetch_for(false), (3072, hint));
+        set_prefetch_whole_bytes(Some(0));
+        assert_eq!(prefetch_for(false), (0, Prefetch::Off as u8));
+        set_prefetch_whole_bytes(None);
+        let amd = std::arch::x86_64::__cpuid(0).ebx.to_le_bytes() == *b"Auth";
+        let expected = if amd {
+            WHOLE_BYTES_AHEAD_AMD
+        } else {
+            PREFETCH_AHEAD
+        };
+        assert_eq!(prefetch_for(false), (expected, hint));
+    }
+}
