@@ -11,7 +11,9 @@ pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
 pub use attn::{Attn, KEY_BLOCK, key_index};
-pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits, prefetch_for};
+pub(crate) use matrix::{
+    CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits, prefetch, prefetch_for,
+};
 pub(crate) use matrix::{
     PF_ANY, PF_L2, PF_OFF, SC_ANY, SC_FACTORED, SC_HALF, gfni, prefetch_case, scale_case,
     specialised,

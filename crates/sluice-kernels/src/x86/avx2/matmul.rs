@@ -16,7 +16,7 @@ pub(crate) use super::scales::Expanded;
 use super::scales::{factored256, lanes256};
 use crate::layout::{
     GROUP, PF_ANY, PF_L2, PF_OFF, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, SC_ANY,
-    SC_FACTORED, SC_HALF, prefetch_case, prefetch_for, scale_case, specialised,
+    SC_FACTORED, SC_HALF, prefetch, prefetch_case, scale_case, specialised,
 };
 
 /// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
@@ -119,7 +119,7 @@ unsafe fn tile<
         let hmask = _mm256_set1_epi8(if high_bits == 1 { 0x10 } else { 0x30 });
         let sixteen = _mm256_set1_epi16(16);
         let ones = _mm256_set1_epi16(1);
-        let (ahead, hint) = prefetch_for(NIB);
+        let (ahead, hint) = prefetch();
         // Blocks per super-block: factored scales' f16 factors are converted once for each.
         let per = if SC == SC_FACTORED { factored } else { 1 };
         let mut b0 = 0;
@@ -360,7 +360,7 @@ unsafe fn run256<
         // One row (decode, or the last of a batch) runs `tile` compiled for its prefetch
         // and scale case (`specialised`), as the AVX-512 kernel's `lone` does.
         let fixed = specialised();
-        let pf = prefetch_case(a.n, prefetch_for(NIB).1);
+        let pf = prefetch_case(a.n, prefetch().1);
         let sc = if expanded.is_some() {
             SC_ANY
         } else {
