@@ -6,20 +6,19 @@ mod acts;
 mod attn;
 mod matrix;
 mod pages;
+mod prefetch;
 
 pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
 pub use attn::{Attn, KEY_BLOCK, key_index};
-pub(crate) use matrix::{
-    CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits, prefetch, prefetch_for,
-};
+pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits};
 pub(crate) use matrix::{
     PF_ANY, PF_L2, PF_OFF, SC_ANY, SC_FACTORED, SC_HALF, gfni, prefetch_case, scale_case,
     specialised,
 };
-pub use matrix::{
-    PackedMatrix, Part, Prefetch, set_gfni, set_prefetch, set_prefetch_whole_bytes, set_specialised,
-};
+pub use matrix::{PackedMatrix, Part, set_gfni, set_specialised};
 pub use pages::{Huge, Zero};
 pub(crate) use pages::{HugeBytes, Scratch};
+pub use prefetch::{Prefetch, set_prefetch, set_prefetch_whole_bytes};
+pub(crate) use prefetch::{prefetch, prefetch_for};
