@@ -126,7 +126,7 @@ fn run() {
 /// so that every sweep reads the weights from memory. Its GB/s against the read bandwidth
 /// measured right before and after says how much of a decode step's distance from the
 /// roofline is in the matmuls and how much outside them (`benches/roofline.rs` has the
-/// whole step). `SLUICE_BENCH_ONLY=sweep`.
+/// whole step). `SLUICE_BENCH_ONLY=sweep`, `SLUICE_BENCH_ROUNDS` rounds (default 5).
 fn sweep(path: &std::path::Path) {
     let file = GgufFile::open(path).expect("a GGUF file");
     let mut names: Vec<&String> = file.content.tensor_infos.keys().collect();
@@ -179,7 +179,11 @@ fn sweep(path: &std::path::Path) {
         "| round | read GB/s before | sweep ms | sweep GB/s | read GB/s after | of the higher |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
-    for round in 0..5 {
+    let rounds: usize = std::env::var("SLUICE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    for round in 0..rounds {
         let before = read_bandwidth();
         let per = seconds_per_call(&mut run);
         let after = read_bandwidth();

@@ -16,10 +16,17 @@
 //!   llama-bench's tg128) at each kernel level the CPU has (`SLUICE_KERNEL`: each level in
 //!   a process of its own, since the level is fixed at first use);
 //! - llama.cpp's tg128 on the same file with the same threads (`llama-bench`), when built
-//!   (`scripts/build-llama-cpp`, or `LLAMA_CPP_BIN`).
+//!   (`scripts/build-llama-cpp`, or `LLAMA_CPP_BIN`);
+//! - paired windows, for both: 12 runs of 32 tokens, each set against the read rate of
+//!   the compute threads over a buffer the size of a token's reads measured right before
+//!   and right after it (the rate over the window's passes, not the best pass). On a VM
+//!   whose read rate swings by 2x within seconds as other tenants come and go, a best pass
+//!   caught in a quiet moment says little of the state the decode figure ran in; two
+//!   windows a few milliseconds apart see the same state.
 //!
 //! It prints each round and then a table of medians: tokens/s, the fraction of the
-//! roofline, and sluice / llama.cpp (the median of the rounds' ratios). `SLUICE_MODEL`
+//! roofline, the median fraction of the paired windows' read rate, and sluice /
+//! llama.cpp (the median of the rounds' ratios). `SLUICE_MODEL`
 //! picks the file, `SLUICE_BENCH_TYPES=file,Q4_K_M,Q8_0` adds copies requantised with
 //! llama.cpp's `llama-quantize`, `SLUICE_BENCH_ROUNDS` (default 3) the rounds,
 //! `SLUICE_BENCH_LEVELS=avx2,avx512` the kernel levels, `SLUICE_BENCH_SLOTS` the engine's
@@ -30,6 +37,8 @@
 #[path = "speed/peer.rs"]
 #[allow(dead_code)]
 mod peer;
+#[path = "roofline/read.rs"]
+mod read;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,17 +46,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::quantized::gguf_file;
-use rayon::prelude::*;
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
 
 /// Tokens decoded per measured run (after the prompt's first), as llama-bench's tg128.
 const TOKENS: usize = 128;
 /// Runs averaged per figure.
 const REPS: usize = 5;
+/// Tokens decoded in each paired window (see [`read::window_rate`]).
+const WINDOW: usize = 32;
+/// Paired windows per decode figure.
+const WINDOWS: usize = 12;
 
 fn main() {
     if let Ok(path) = std::env::var("SLUICE_ROOFLINE_CHILD") {
-        println!("decode_tok_s={}", sluice_decode(Path::new(&path)));
+        let (ts, windows) = sluice_decode(Path::new(&path));
+        println!("decode_tok_s={ts}");
+        println!("windows={}", join(&windows));
         return;
     }
     let default = std::env::var_os("SLUICE_MODEL")
@@ -73,7 +87,7 @@ fn main() {
         .num_threads(threads)
         .build()
         .expect("a thread pool");
-    let buf = ones((1 << 30) / 8);
+    let buf = read::ones((1 << 30) / 8);
     let mut rows = Vec::new();
     for dtype in types.split(',').map(str::trim) {
         let path = match (&llama, dtype) {
@@ -81,7 +95,8 @@ fn main() {
             (Some(bin), t) => peer::requantised(bin, &default, t),
             (None, t) => panic!("{t} needs llama-quantize"),
         };
-        let bytes = token_bytes(&path);
+        let bytes = token_bytes(&path, TOKENS);
+        let window_bytes = token_bytes(&path, WINDOW);
         let label = match dtype {
             "file" => path
                 .file_name()
@@ -90,38 +105,61 @@ fn main() {
         };
         println!("{label}: {:.1} MB read per decode token", bytes / 1e6);
         // A buffer of a token's reads: what decode itself streams, cached or not.
-        let token_buf = ones(bytes as usize / 8);
+        let token_buf = read::ones(bytes as usize / 8);
+        let window_buf = read::ones(window_bytes as usize / 8);
         // Rounds alternate the sides, so that both see the machine in the same state.
         let mut measured: Vec<Round> = Vec::new();
         let mut bandwidths: Vec<(f64, f64)> = Vec::new();
         // This VM's bandwidth moves by up to 2x within a minute (other tenants): each
         // figure is taken between two bandwidth measurements and set against the higher.
-        let mut bracketed = |f: &dyn Fn() -> f64| {
+        let mut bracketed = |f: &dyn Fn() -> (f64, Vec<f64>)| {
             let mut measure = || {
-                let far = pool.install(|| read_bandwidth(&buf));
-                let near = pool.install(|| read_bandwidth(&token_buf));
+                let far = pool.install(|| read::best_rate(&buf));
+                let near = pool.install(|| read::best_rate(&token_buf));
                 bandwidths.push((far, near));
                 far.max(near)
             };
             let before = measure();
-            let ts = f();
+            let (ts, windows) = f();
             let after = measure();
-            (ts, before.max(after) / bytes)
+            Measure {
+                ts,
+                roof: before.max(after) / bytes,
+                windows,
+            }
         };
         for round in 0..rounds {
-            let ours: Vec<(f64, f64)> = levels
+            let ours: Vec<Measure> = levels
                 .iter()
                 .map(|l| bracketed(&|| child(&path, l)))
                 .collect();
-            let theirs = llama
-                .as_ref()
-                .map(|bin| bracketed(&|| llama_decode(bin, &path, threads)));
-            let show = |(ts, roof): (f64, f64)| format!("{ts:.1} tok/s of {roof:.1}");
+            let theirs = llama.as_ref().map(|bin| {
+                bracketed(&|| {
+                    let ts = llama_decode(bin, &path, threads, TOKENS, REPS);
+                    let windows = (0..WINDOWS)
+                        .map(|_| {
+                            let before = read::window_rate(&window_buf);
+                            let ts = llama_decode(bin, &path, threads, WINDOW, 1);
+                            let after = read::window_rate(&window_buf);
+                            ts * window_bytes / ((before + after) / 2.0)
+                        })
+                        .collect();
+                    (ts, windows)
+                })
+            });
+            let show = |m: &Measure| {
+                format!(
+                    "{:.1} tok/s of {:.1}, windows at {:.0}%",
+                    m.ts,
+                    m.roof,
+                    100.0 * median(m.windows.clone())
+                )
+            };
             println!(
                 "round {}: sluice {:?}; llama.cpp {:?}",
                 round + 1,
-                ours.iter().copied().map(show).collect::<Vec<_>>(),
-                theirs.map(show),
+                ours.iter().map(show).collect::<Vec<_>>(),
+                theirs.as_ref().map(show),
             );
             measured.push(Round { ours, theirs });
         }
@@ -131,33 +169,30 @@ fn main() {
     }
     println!(
         "\n| file | MB/token | read GB/s, 1 GiB | read GB/s, MB/token | roofline GB/s \
-         | roofline tok/s | kernels | sluice tok/s | of roofline | llama.cpp tok/s \
-         | of roofline | sluice / llama.cpp |"
+         | roofline tok/s | kernels | sluice tok/s | of roofline | of window rate \
+         | llama.cpp tok/s | of roofline | of window rate | sluice / llama.cpp |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for (label, bytes, (far, near), measured) in rows {
         let roofs: Vec<f64> = measured
             .iter()
-            .flat_map(|r| r.ours.iter().chain(r.theirs.iter()).map(|m| m.1))
+            .flat_map(|r| r.ours.iter().chain(r.theirs.iter()).map(|m| m.roof))
             .collect();
         let roof = median(roofs);
-        let them: Vec<(f64, f64)> = measured
-            .iter()
-            .filter_map(|r| r.theirs.map(|(ts, roof)| (ts, ts / roof)))
-            .collect();
-        let (them_ts, them_frac) = match them.is_empty() {
-            true => ("-".to_string(), "-".to_string()),
-            false => (
-                format!("{:.1}", median(them.iter().map(|t| t.0).collect())),
-                format!("{:.0}%", 100.0 * median(them.iter().map(|t| t.1).collect())),
-            ),
+        let theirs: Vec<&Measure> = measured.iter().filter_map(|r| r.theirs.as_ref()).collect();
+        let [them_ts, them_frac, them_window] = match theirs.is_empty() {
+            true => ["-".to_string(), "-".to_string(), "-".to_string()],
+            false => {
+                let (ts, frac, window) = summary(&theirs);
+                [format!("{ts:.1}"), percent(frac), percent(window)]
+            }
         };
         for (i, level) in levels.iter().enumerate() {
-            let ts = median(measured.iter().map(|r| r.ours[i].0).collect());
-            let frac = median(measured.iter().map(|r| r.ours[i].0 / r.ours[i].1).collect());
+            let ours: Vec<&Measure> = measured.iter().map(|r| &r.ours[i]).collect();
+            let (ts, frac, window) = summary(&ours);
             let ratio: Vec<f64> = measured
                 .iter()
-                .filter_map(|r| Some(r.ours[i].0 / r.theirs?.0))
+                .filter_map(|r| Some(r.ours[i].ts / r.theirs.as_ref()?.ts))
                 .collect();
             let ratio = match ratio.is_empty() {
                 true => "-".to_string(),
@@ -165,24 +200,49 @@ fn main() {
             };
             println!(
                 "| {label} | {:.1} | {:.1} | {:.1} | {:.1} | {roof:.1} | {level} | {ts:.1} | \
-                 {:.0}% | {them_ts} | {them_frac} | {ratio} |",
+                 {} | {} | {them_ts} | {them_frac} | {them_window} | {ratio} |",
                 bytes / 1e6,
                 far / 1e9,
                 near / 1e9,
                 roof * bytes / 1e9,
-                100.0 * frac,
+                percent(frac),
+                percent(window),
             );
         }
     }
 }
 
-/// One round's figures for one file: each a decode speed and the roofline measured
-/// around it (tokens/s).
+/// One decode figure: tokens/s, the roofline measured around it (tokens/s), and the
+/// fraction of the read rate each paired window reached.
+struct Measure {
+    ts: f64,
+    roof: f64,
+    windows: Vec<f64>,
+}
+
+/// One round's figures for one file.
 struct Round {
     /// sluice at each level.
-    ours: Vec<(f64, f64)>,
+    ours: Vec<Measure>,
     /// llama.cpp.
-    theirs: Option<(f64, f64)>,
+    theirs: Option<Measure>,
+}
+
+/// The medians over rounds of the tokens/s and the fraction of the roofline, and the
+/// median of every paired window of every round.
+fn summary(measures: &[&Measure]) -> (f64, f64, f64) {
+    let ts = median(measures.iter().map(|m| m.ts).collect());
+    let frac = median(measures.iter().map(|m| m.ts / m.roof).collect());
+    let window = median(measures.iter().flat_map(|m| m.windows.clone()).collect());
+    (ts, frac, window)
+}
+
+fn percent(f: f64) -> String {
+    format!("{:.0}%", 100.0 * f)
+}
+
+fn join(v: &[f64]) -> String {
+    v.iter().map(f64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The kernel levels to measure: `SLUICE_BENCH_LEVELS`, else every SIMD level the CPU has.
@@ -212,8 +272,8 @@ fn cpu_model() -> String {
 }
 
 /// Bytes one decode token reads from `path`'s weights, plus keys and values at the mean
-/// position of a run (`TOKENS / 2` after one prompt token).
-fn token_bytes(path: &Path) -> f64 {
+/// position of a run of `tokens` (`tokens / 2` after one prompt token).
+fn token_bytes(path: &Path, tokens: usize) -> f64 {
     let mut f = std::fs::File::open(path).expect("the model file");
     let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
     let size = |info: &gguf_file::TensorInfo| {
@@ -248,79 +308,13 @@ fn token_bytes(path: &Path) -> f64 {
         0.0 => u("embedding_length") / heads.max(1.0),
         n => n,
     };
-    let position = 1.0 + TOKENS as f64 / 2.0;
+    let position = 1.0 + tokens as f64 / 2.0;
     bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
 }
 
-/// `len` words of ones, on huge pages where the system allows them, as sluice keeps its
-/// weights (`sluice_kernels::Huge`): on 4 KB pages every 4 KB read is a TLB miss, and the
-/// ceiling would be set too low.
-fn ones(len: usize) -> sluice_kernels::Huge<u64> {
-    let mut w = sluice_kernels::Huge::zeroed(len);
-    w.fill(1);
-    w
-}
-
-/// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current pool, each
-/// pass read both plainly (the hardware prefetchers alone) and asking for every line 8 KB
-/// ahead into L2, as the decode matmuls do (which is faster where the data comes from a
-/// slow last-level cache): the faster of the two is the ceiling.
-fn read_bandwidth(buf: &[u64]) -> f64 {
-    let mut best = 0f64;
-    for _ in 0..10 {
-        for ahead in [false, true] {
-            let start = Instant::now();
-            let sum: u64 = buf.par_chunks(1 << 17).map(|w| sum_words(w, ahead)).sum();
-            let secs = start.elapsed().as_secs_f64();
-            assert_eq!(sum, buf.len() as u64, "every word read");
-            best = best.max(std::mem::size_of_val(buf) as f64 / secs);
-        }
-    }
-    best
-}
-
-/// The sum of `words`, with the widest vector loads the CPU has, prefetching `ahead`.
-fn sum_words(words: &[u64], ahead: bool) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked above).
-        return unsafe { sum_words_avx2(words, ahead) };
-    }
-    sum_plain(words, false)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn sum_words_avx2(words: &[u64], ahead: bool) -> u64 {
-    sum_plain(words, ahead)
-}
-
-/// Eight independent sums (the compiler makes them vector lanes), so that the loop is
-/// bound by loads, not by one chain of adds; one 64-byte line per step, with `ahead` the
-/// line 8 KB further asked for into L2.
-#[inline(always)]
-fn sum_plain(words: &[u64], ahead: bool) -> u64 {
-    let mut acc = [0u64; 8];
-    let chunks = words.chunks_exact(8);
-    let rest: u64 = chunks.remainder().iter().sum();
-    for c in chunks {
-        #[cfg(target_arch = "x86_64")]
-        if ahead {
-            // SAFETY: SSE is part of x86_64; a prefetch never faults, whatever the address.
-            unsafe {
-                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-                _mm_prefetch::<_MM_HINT_T1>(c.as_ptr().wrapping_add(1024) as *const i8);
-            }
-        }
-        for (a, &w) in acc.iter_mut().zip(c) {
-            *a = a.wrapping_add(w);
-        }
-    }
-    acc.iter().fold(rest, |s, &a| s.wrapping_add(a))
-}
-
-/// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own.
-fn child(path: &Path, level: &str) -> f64 {
+/// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own,
+/// and its paired windows.
+fn child(path: &Path, level: &str) -> (f64, Vec<f64>) {
     let out = Command::new(std::env::current_exe().expect("this bench"))
         .env("SLUICE_ROOFLINE_CHILD", path)
         .env("SLUICE_KERNEL", level)
@@ -328,14 +322,24 @@ fn child(path: &Path, level: &str) -> f64 {
         .expect("the bench runs itself");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{level}: {text}");
-    text.lines()
+    let ts = text
+        .lines()
         .find_map(|l| l.strip_prefix("decode_tok_s="))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{level}: no figure in {text}"))
+        .unwrap_or_else(|| panic!("{level}: no figure in {text}"));
+    let windows = text
+        .lines()
+        .find_map(|l| l.strip_prefix("windows="))
+        .map(|v| v.split(',').filter_map(|w| w.parse().ok()).collect())
+        .unwrap_or_else(|| panic!("{level}: no windows in {text}"));
+    (ts, windows)
 }
 
-/// The child's measurement: decode through the engine, as `benches/speed.rs` measures it.
-fn sluice_decode(path: &Path) -> f64 {
+/// The child's measurement: decode through the engine, as `benches/speed.rs` measures it;
+/// then [`WINDOWS`] runs of [`WINDOW`] tokens, each between two reads of a buffer the
+/// size of a token's reads on the same compute threads ([`read::window_rate`]), each
+/// giving the fraction of that read rate its decode reached.
+fn sluice_decode(path: &Path) -> (f64, Vec<f64>) {
     let loaded = sluice::load_model(path, &Default::default()).expect("the model loads");
     let tok = Arc::new(loaded.tokenizer);
     // The server's default slot count unless `SLUICE_BENCH_SLOTS` says otherwise: one
@@ -372,11 +376,30 @@ fn sluice_decode(path: &Path) -> f64 {
         (n - 1) as f64 / secs
     };
     decode(8); // warm-up: buffers and pages touched outside the timed runs
-    (0..REPS).map(|_| decode(TOKENS)).sum::<f64>() / REPS as f64
+    let ts = (0..REPS).map(|_| decode(TOKENS)).sum::<f64>() / REPS as f64;
+    let bytes = token_bytes(path, WINDOW);
+    let buf = read::ones(bytes as usize / 8);
+    // The engine's step is over once its last event is out, but give it time to return
+    // its compute threads: a read that found them busy would run on one thread and set
+    // the ceiling too low.
+    let read = || {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        read::window_rate(&buf)
+    };
+    let windows = (0..WINDOWS)
+        .map(|_| {
+            let before = read();
+            let ts = decode(WINDOW);
+            let after = read();
+            ts * bytes / ((before + after) / 2.0)
+        })
+        .collect();
+    (ts, windows)
 }
 
-/// llama.cpp's tg128 on `path` with `threads` threads.
-fn llama_decode(bin: &Path, path: &Path, threads: usize) -> f64 {
+/// llama.cpp's decode tokens/s on `path` with `threads` threads: the mean of `reps` runs
+/// of `tokens` (`TOKENS`, `REPS`: llama-bench's tg128).
+fn llama_decode(bin: &Path, path: &Path, threads: usize, tokens: usize, reps: usize) -> f64 {
     let out = Command::new(bin.join("llama-bench"))
         .arg("-m")
         .arg(path)
@@ -384,9 +407,11 @@ fn llama_decode(bin: &Path, path: &Path, threads: usize) -> f64 {
             "-p",
             "0",
             "-n",
-            &TOKENS.to_string(),
+            &tokens.to_string(),
             "-t",
             &threads.to_string(),
+            "-r",
+            &reps.to_string(),
         ])
         .args(["-o", "json"])
         .output()

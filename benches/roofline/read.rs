@@ -1,0 +1,106 @@
+//! The read side of the roofline: how fast the compute threads can stream memory.
+
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// `len` words of ones, on huge pages where the system allows them, as sluice keeps its
+/// weights (`sluice_kernels::Huge`): on 4 KB pages every 4 KB read is a TLB miss, and the
+/// ceiling would be set too low.
+pub fn ones(len: usize) -> sluice_kernels::Huge<u64> {
+    let mut w = sluice_kernels::Huge::zeroed(len);
+    w.fill(1);
+    w
+}
+
+/// Best read bandwidth, bytes/s, of 10 passes over `buf` with the current rayon pool, each
+/// pass read both plainly (the hardware prefetchers alone) and asking for every line 8 KB
+/// ahead into L2, as the decode matmuls do (which is faster where the data comes from a
+/// slow last-level cache): the faster of the two is the ceiling.
+pub fn best_rate(buf: &[u64]) -> f64 {
+    let mut best = 0f64;
+    for _ in 0..10 {
+        for ahead in [false, true] {
+            let start = Instant::now();
+            let sum: u64 = buf.par_chunks(1 << 17).map(|w| sum_words(w, ahead)).sum();
+            let secs = start.elapsed().as_secs_f64();
+            assert_eq!(sum, buf.len() as u64, "every word read");
+            best = best.max(std::mem::size_of_val(buf) as f64 / secs);
+        }
+    }
+    best
+}
+
+/// Passes per way in [`window_rate`].
+const WINDOW_PASSES: usize = 2;
+
+/// The read rate, bytes/s, of a short window: [`WINDOW_PASSES`] passes over `buf` read
+/// plainly and as many asking 8 KB ahead, on the compute threads decode itself runs on
+/// (`sluice_kernels::threads`), each way's rate over all its passes (not its best pass);
+/// the faster way is the window's rate. Set beside a decode run of about the same length
+/// taken right after or before it, both see the machine in the same state.
+pub fn window_rate(buf: &[u64]) -> f64 {
+    // Contiguous tasks per thread: each thread streams one share front to back.
+    let tasks = 16 * sluice_kernels::threads::threads();
+    let size = buf.len().div_ceil(tasks).max(1);
+    // Wake the helpers first (they sleep after a while without work): the timed passes
+    // should not pay for it, as decode's steps, back to back, do not.
+    sluice_kernels::threads::for_each(tasks, |_| {});
+    let mut best = 0f64;
+    for ahead in [false, true] {
+        let start = Instant::now();
+        for _ in 0..WINDOW_PASSES {
+            let sums = sluice_kernels::threads::map(tasks, |i| {
+                let lo = (i * size).min(buf.len());
+                sum_words(&buf[lo..(lo + size).min(buf.len())], ahead)
+            });
+            assert_eq!(
+                sums.iter().sum::<u64>(),
+                buf.len() as u64,
+                "every word read"
+            );
+        }
+        let secs = start.elapsed().as_secs_f64();
+        best = best.max((WINDOW_PASSES * std::mem::size_of_val(buf)) as f64 / secs);
+    }
+    best
+}
+
+/// The sum of `words`, with the widest vector loads the CPU has, prefetching `ahead`.
+fn sum_words(words: &[u64], ahead: bool) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { sum_words_avx2(words, ahead) };
+    }
+    sum_plain(words, false)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum_words_avx2(words: &[u64], ahead: bool) -> u64 {
+    sum_plain(words, ahead)
+}
+
+/// Eight independent sums (the compiler makes them vector lanes), so that the loop is
+/// bound by loads, not by one chain of adds; one 64-byte line per step, with `ahead` the
+/// line 8 KB further asked for into L2.
+#[inline(always)]
+fn sum_plain(words: &[u64], ahead: bool) -> u64 {
+    let mut acc = [0u64; 8];
+    let chunks = words.chunks_exact(8);
+    let rest: u64 = chunks.remainder().iter().sum();
+    for c in chunks {
+        #[cfg(target_arch = "x86_64")]
+        if ahead {
+            // SAFETY: SSE is part of x86_64; a prefetch never faults, whatever the address.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T1>(c.as_ptr().wrapping_add(1024) as *const i8);
+            }
+        }
+        for (a, &w) in acc.iter_mut().zip(c) {
+            *a = a.wrapping_add(w);
+        }
+    }
+    acc.iter().fold(rest, |s, &a| s.wrapping_add(a))
+}
