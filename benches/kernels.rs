@@ -203,7 +203,7 @@ fn sweep(path: &std::path::Path) {
 /// `attention_table`. Milliseconds per step for two model shapes.
 fn slab_attention_table() {
     use sluice::engine::testing::KvSlab;
-    use sluice_kernels::{Attn, attend_group, noise};
+    use sluice_kernels::{attend_group, noise};
     println!(
         "| slab attention (layers x slots x kv heads, hd x g) | pages | positions | ms/step | GMAC/s |"
     );
@@ -232,19 +232,10 @@ fn slab_attention_table() {
                     let q = &q;
                     sluice_kernels::threads::for_each(slots * kvh, |i| {
                         let (slot, h) = (i / kvh, i % kvh);
-                        let view = kv.read(layer, slot, h, len);
-                        let a = Attn {
-                            q: &q[h * g * hd..(h + 1) * g * hd],
-                            hd,
-                            keys: view.keys,
-                            values: view.values,
-                            table: view.table,
-                            block_stride: view.block_stride,
-                            len,
-                            scale: 0.125,
-                            start: 0,
-                            softcap: None,
-                        };
+                        let q = &q[h * g * hd..(h + 1) * g * hd];
+                        let a = kv
+                            .read(layer, slot, h, len)
+                            .attn(q, hd, len, 0.125, None, None);
                         let mut out = vec![0f32; g * hd];
                         attend_group(&a, &mut Vec::new(), &mut out);
                         std::hint::black_box(&out);

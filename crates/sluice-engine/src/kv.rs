@@ -5,7 +5,7 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use sluice_kernels::{KEY_BLOCK, key_index};
+use sluice_kernels::{Attn, KEY_BLOCK, key_index};
 
 /// Bytes of keys and values a decode step's attention asks for ahead (`KvSlab::prefetch`):
 /// 256 KB, an eighth of a 2 MB L2.
@@ -90,6 +90,33 @@ pub struct HeadView<'a> {
     pub table: &'a [u32],
     /// Elements from one block to the next.
     pub block_stride: usize,
+}
+
+impl<'a> HeadView<'a> {
+    /// Attention of one query group `q` (`g x hd`) over this view's positions `0..len`,
+    /// or their last `window`, scores scaled by `scale` and soft-capped by `softcap`.
+    pub fn attn(
+        &self,
+        q: &'a [f32],
+        hd: usize,
+        len: usize,
+        scale: f32,
+        window: Option<usize>,
+        softcap: Option<f32>,
+    ) -> Attn<'a> {
+        Attn {
+            q,
+            hd,
+            keys: self.keys,
+            values: self.values,
+            table: self.table,
+            block_stride: self.block_stride,
+            len,
+            scale,
+            start: window.map_or(0, |w| len.saturating_sub(w)),
+            softcap,
+        }
+    }
 }
 
 impl KvSlab {

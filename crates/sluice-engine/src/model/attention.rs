@@ -216,19 +216,14 @@ impl Attention {
             let attn = |i: usize| {
                 let r = rows[i];
                 let len = r.pos + 1;
-                let view = kv.read(layer, r.slot, kvh, len);
-                Attn {
-                    q: &q[(i * heads + kvh * group) * hd..][..group * hd],
+                kv.read(layer, r.slot, kvh, len).attn(
+                    &q[(i * heads + kvh * group) * hd..][..group * hd],
                     hd,
-                    keys: view.keys,
-                    values: view.values,
-                    table: view.table,
-                    block_stride: view.block_stride,
                     len,
                     scale,
-                    start: self.options.window.map_or(0, |w| len.saturating_sub(w)),
-                    softcap: self.options.softcap,
-                }
+                    self.options.window,
+                    self.options.softcap,
+                )
             };
             if t == 1 {
                 attend_rows(&[attn(i0)], &mut scratch.scores, runs[0]);
