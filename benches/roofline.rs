@@ -24,13 +24,13 @@
 //!   caught in a quiet moment says little of the state the decode figure ran in; two
 //!   windows a few milliseconds apart see the same state.
 //!
-//! It prints each round and then a table of medians: tokens/s, the fraction of the
-//! roofline, the median fraction of the paired windows' read rate, and sluice /
-//! llama.cpp (the median of the rounds' ratios). `SLUICE_MODEL`
-//! picks the file, `SLUICE_BENCH_TYPES=file,Q4_K_M,Q8_0` adds copies requantised with
-//! llama.cpp's `llama-quantize`, `SLUICE_BENCH_ROUNDS` (default 3) the rounds,
-//! `SLUICE_BENCH_LEVELS=avx2,avx512` the kernel levels, `SLUICE_BENCH_SLOTS` the engine's
-//! slots (default 32, the server's default). The CPU model is printed first:
+//! It prints each round (with every window's decode and read rates, GB/s) and then a
+//! table of medians: tokens/s, the fraction of the roofline, the median fraction of the
+//! paired windows' read rate, and sluice / llama.cpp (the median of the rounds' ratios).
+//! `SLUICE_MODEL` picks the file, `SLUICE_BENCH_TYPES=file,Q4_K_M,Q8_0` adds copies
+//! requantised with llama.cpp's `llama-quantize`, `SLUICE_BENCH_ROUNDS` (default 3) the
+//! rounds, `SLUICE_BENCH_LEVELS=avx2,avx512` the kernel levels, `SLUICE_BENCH_SLOTS` the
+//! engine's slots (default 32, the server's default). The CPU model is printed first:
 //! figures from one machine say nothing of another.
 
 // Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
@@ -61,7 +61,8 @@ fn main() {
     if let Ok(path) = std::env::var("SLUICE_ROOFLINE_CHILD") {
         let (ts, windows) = sluice_decode(Path::new(&path));
         println!("decode_tok_s={ts}");
-        println!("windows={}", join(&windows));
+        let pairs: Vec<String> = windows.iter().map(|w| format!("{}:{}", w.0, w.1)).collect();
+        println!("windows={}", pairs.join(","));
         return;
     }
     let default = std::env::var_os("SLUICE_MODEL")
@@ -112,7 +113,7 @@ fn main() {
         let mut bandwidths: Vec<(f64, f64)> = Vec::new();
         // This VM's bandwidth moves by up to 2x within a minute (other tenants): each
         // figure is taken between two bandwidth measurements and set against the higher.
-        let mut bracketed = |f: &dyn Fn() -> (f64, Vec<f64>)| {
+        let mut bracketed = |f: &dyn Fn() -> (f64, Vec<(f64, f64)>)| {
             let mut measure = || {
                 let far = pool.install(|| read::best_rate(&buf));
                 let near = pool.install(|| read::best_rate(&token_buf));
@@ -141,7 +142,7 @@ fn main() {
                             let before = read::window_rate(&window_buf);
                             let ts = llama_decode(bin, &path, threads, WINDOW, 1);
                             let after = read::window_rate(&window_buf);
-                            ts * window_bytes / ((before + after) / 2.0)
+                            (ts * window_bytes, (before + after) / 2.0)
                         })
                         .collect();
                     (ts, windows)
@@ -152,8 +153,12 @@ fn main() {
                     "{:.1} tok/s of {:.1}, windows at {:.0}%",
                     m.ts,
                     m.roof,
-                    100.0 * median(m.windows.clone())
+                    100.0 * median(fractions(m))
                 )
+            };
+            let pairs = |m: &Measure| {
+                let gbs = |w: &(f64, f64)| format!("{:.1}/{:.1}", w.0 / 1e9, w.1 / 1e9);
+                m.windows.iter().map(gbs).collect::<Vec<_>>().join(" ")
             };
             println!(
                 "round {}: sluice {:?}; llama.cpp {:?}",
@@ -161,6 +166,12 @@ fn main() {
                 ours.iter().map(show).collect::<Vec<_>>(),
                 theirs.as_ref().map(show),
             );
+            for (level, m) in levels.iter().zip(&ours) {
+                println!("  sluice {level} windows, decode/read GB/s: {}", pairs(m));
+            }
+            if let Some(m) = &theirs {
+                println!("  llama.cpp windows, decode/read GB/s: {}", pairs(m));
+            }
             measured.push(Round { ours, theirs });
         }
         let far = median(bandwidths.iter().map(|b| b.0).collect());
@@ -212,12 +223,17 @@ fn main() {
     }
 }
 
-/// One decode figure: tokens/s, the roofline measured around it (tokens/s), and the
-/// fraction of the read rate each paired window reached.
+/// One decode figure: tokens/s, the roofline measured around it (tokens/s), and each
+/// paired window's decode and read rates (bytes/s).
 struct Measure {
     ts: f64,
     roof: f64,
-    windows: Vec<f64>,
+    windows: Vec<(f64, f64)>,
+}
+
+/// The fraction of its read rate each window's decode reached.
+fn fractions(m: &Measure) -> Vec<f64> {
+    m.windows.iter().map(|w| w.0 / w.1).collect()
 }
 
 /// One round's figures for one file.
@@ -233,16 +249,12 @@ struct Round {
 fn summary(measures: &[&Measure]) -> (f64, f64, f64) {
     let ts = median(measures.iter().map(|m| m.ts).collect());
     let frac = median(measures.iter().map(|m| m.ts / m.roof).collect());
-    let window = median(measures.iter().flat_map(|m| m.windows.clone()).collect());
+    let window = median(measures.iter().flat_map(|m| fractions(m)).collect());
     (ts, frac, window)
 }
 
 fn percent(f: f64) -> String {
     format!("{:.0}%", 100.0 * f)
-}
-
-fn join(v: &[f64]) -> String {
-    v.iter().map(f64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The kernel levels to measure: `SLUICE_BENCH_LEVELS`, else every SIMD level the CPU has.
@@ -314,7 +326,7 @@ fn token_bytes(path: &Path, tokens: usize) -> f64 {
 
 /// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own,
 /// and its paired windows.
-fn child(path: &Path, level: &str) -> (f64, Vec<f64>) {
+fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64)>) {
     let out = Command::new(std::env::current_exe().expect("this bench"))
         .env("SLUICE_ROOFLINE_CHILD", path)
         .env("SLUICE_KERNEL", level)
@@ -330,7 +342,13 @@ fn child(path: &Path, level: &str) -> (f64, Vec<f64>) {
     let windows = text
         .lines()
         .find_map(|l| l.strip_prefix("windows="))
-        .map(|v| v.split(',').filter_map(|w| w.parse().ok()).collect())
+        .map(|v| {
+            let pair = |w: &str| {
+                let (d, r) = w.split_once(':')?;
+                Some((d.parse().ok()?, r.parse().ok()?))
+            };
+            v.split(',').filter_map(pair).collect()
+        })
         .unwrap_or_else(|| panic!("{level}: no windows in {text}"));
     (ts, windows)
 }
@@ -338,8 +356,8 @@ fn child(path: &Path, level: &str) -> (f64, Vec<f64>) {
 /// The child's measurement: decode through the engine, as `benches/speed.rs` measures it;
 /// then [`WINDOWS`] runs of [`WINDOW`] tokens, each between two reads of a buffer the
 /// size of a token's reads on the same compute threads ([`read::window_rate`]), each
-/// giving the fraction of that read rate its decode reached.
-fn sluice_decode(path: &Path) -> (f64, Vec<f64>) {
+/// giving its decode rate and the mean of those read rates (bytes/s).
+fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64)>) {
     let loaded = sluice::load_model(path, &Default::default()).expect("the model loads");
     let tok = Arc::new(loaded.tokenizer);
     // The server's default slot count unless `SLUICE_BENCH_SLOTS` says otherwise: one
@@ -391,7 +409,7 @@ fn sluice_decode(path: &Path) -> (f64, Vec<f64>) {
             let before = read();
             let ts = decode(WINDOW);
             let after = read();
-            ts * bytes / ((before + after) / 2.0)
+            (ts * bytes, (before + after) / 2.0)
         })
         .collect();
     (ts, windows)
