@@ -61,7 +61,10 @@ fn main() {
     if let Ok(path) = std::env::var("SLUICE_ROOFLINE_CHILD") {
         let (ts, windows) = sluice_decode(Path::new(&path));
         println!("decode_tok_s={ts}");
-        let pairs: Vec<String> = windows.iter().map(|w| format!("{}:{}", w.0, w.1)).collect();
+        let pairs: Vec<String> = windows
+            .iter()
+            .map(|w| format!("{}:{}:{}", w.0, w.1, w.2))
+            .collect();
         println!("windows={}", pairs.join(","));
         return;
     }
@@ -113,7 +116,7 @@ fn main() {
         let mut bandwidths: Vec<(f64, f64)> = Vec::new();
         // This VM's bandwidth moves by up to 2x within a minute (other tenants): each
         // figure is taken between two bandwidth measurements and set against the higher.
-        let mut bracketed = |f: &dyn Fn() -> (f64, Vec<(f64, f64)>)| {
+        let mut bracketed = |f: &dyn Fn() -> (f64, Vec<(f64, f64, f64)>)| {
             let mut measure = || {
                 let far = pool.install(|| read::best_rate(&buf));
                 let near = pool.install(|| read::best_rate(&token_buf));
@@ -139,10 +142,11 @@ fn main() {
                     let ts = llama_decode(bin, &path, threads, TOKENS, REPS);
                     let windows = (0..WINDOWS)
                         .map(|_| {
+                            let crossing = read::crossing_ns();
                             let before = read::window_rate(&window_buf);
                             let ts = llama_decode(bin, &path, threads, WINDOW, 1);
                             let after = read::window_rate(&window_buf);
-                            (ts * window_bytes, (before + after) / 2.0)
+                            (ts * window_bytes, (before + after) / 2.0, crossing)
                         })
                         .collect();
                     (ts, windows)
@@ -157,7 +161,8 @@ fn main() {
                 )
             };
             let pairs = |m: &Measure| {
-                let gbs = |w: &(f64, f64)| format!("{:.1}/{:.1}", w.0 / 1e9, w.1 / 1e9);
+                let gbs =
+                    |w: &(f64, f64, f64)| format!("{:.1}/{:.1}@{:.0}ns", w.0 / 1e9, w.1 / 1e9, w.2);
                 m.windows.iter().map(gbs).collect::<Vec<_>>().join(" ")
             };
             println!(
@@ -167,10 +172,16 @@ fn main() {
                 theirs.as_ref().map(show),
             );
             for (level, m) in levels.iter().zip(&ours) {
-                println!("  sluice {level} windows, decode/read GB/s: {}", pairs(m));
+                println!(
+                    "  sluice {level} windows, decode/read GB/s@crossing: {}",
+                    pairs(m)
+                );
             }
             if let Some(m) = &theirs {
-                println!("  llama.cpp windows, decode/read GB/s: {}", pairs(m));
+                println!(
+                    "  llama.cpp windows, decode/read GB/s@crossing: {}",
+                    pairs(m)
+                );
             }
             measured.push(Round { ours, theirs });
         }
@@ -224,11 +235,12 @@ fn main() {
 }
 
 /// One decode figure: tokens/s, the roofline measured around it (tokens/s), and each
-/// paired window's decode and read rates (bytes/s).
+/// paired window's decode and read rates (bytes/s) and the line crossing time between
+/// two threads just before it (ns, `read::crossing_ns`).
 struct Measure {
     ts: f64,
     roof: f64,
-    windows: Vec<(f64, f64)>,
+    windows: Vec<(f64, f64, f64)>,
 }
 
 /// The fraction of its read rate each window's decode reached.
@@ -326,7 +338,7 @@ fn token_bytes(path: &Path, tokens: usize) -> f64 {
 
 /// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own,
 /// and its paired windows.
-fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64)>) {
+fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64, f64)>) {
     let out = Command::new(std::env::current_exe().expect("this bench"))
         .env("SLUICE_ROOFLINE_CHILD", path)
         .env("SLUICE_KERNEL", level)
@@ -343,11 +355,11 @@ fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64)>) {
         .lines()
         .find_map(|l| l.strip_prefix("windows="))
         .map(|v| {
-            let pair = |w: &str| {
-                let (d, r) = w.split_once(':')?;
-                Some((d.parse().ok()?, r.parse().ok()?))
+            let triple = |w: &str| {
+                let mut f = w.split(':').map(|x| x.parse().ok());
+                Some((f.next()??, f.next()??, f.next()??))
             };
-            v.split(',').filter_map(pair).collect()
+            v.split(',').filter_map(triple).collect()
         })
         .unwrap_or_else(|| panic!("{level}: no windows in {text}"));
     (ts, windows)
@@ -357,7 +369,7 @@ fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64)>) {
 /// then [`WINDOWS`] runs of [`WINDOW`] tokens, each between two reads of a buffer the
 /// size of a token's reads on the same compute threads ([`read::window_rate`]), each
 /// giving its decode rate and the mean of those read rates (bytes/s).
-fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64)>) {
+fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     let loaded = sluice::load_model(path, &Default::default()).expect("the model loads");
     let tok = Arc::new(loaded.tokenizer);
     // The server's default slot count unless `SLUICE_BENCH_SLOTS` says otherwise: one
@@ -400,16 +412,16 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64)>) {
     // The engine's step is over once its last event is out, but give it time to return
     // its compute threads: a read that found them busy would run on one thread and set
     // the ceiling too low.
-    let read = || {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        read::window_rate(&buf)
-    };
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(10));
     let windows = (0..WINDOWS)
         .map(|_| {
-            let before = read();
+            settle();
+            let crossing = read::crossing_ns();
+            let before = read::window_rate(&buf);
             let ts = decode(WINDOW);
-            let after = read();
-            (ts * bytes, (before + after) / 2.0)
+            settle();
+            let after = read::window_rate(&buf);
+            (ts * bytes, (before + after) / 2.0, crossing)
         })
         .collect();
     (ts, windows)
