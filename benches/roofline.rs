@@ -43,7 +43,7 @@ mod read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::quantized::gguf_file;
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
@@ -142,11 +142,9 @@ fn main() {
                     let ts = llama_decode(bin, &path, threads, TOKENS, REPS);
                     let windows = (0..WINDOWS)
                         .map(|_| {
-                            let crossing = read::crossing_ns();
-                            let before = read::window_rate(&window_buf);
-                            let ts = llama_decode(bin, &path, threads, WINDOW, 1);
-                            let after = read::window_rate(&window_buf);
-                            (ts * window_bytes, (before + after) / 2.0, crossing)
+                            read::window(&window_buf, window_bytes, Duration::ZERO, || {
+                                llama_decode(bin, &path, threads, WINDOW, 1)
+                            })
                         })
                         .collect();
                     (ts, windows)
@@ -412,17 +410,9 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     // The engine's step is over once its last event is out, but give it time to return
     // its compute threads: a read that found them busy would run on one thread and set
     // the ceiling too low.
-    let settle = || std::thread::sleep(std::time::Duration::from_millis(10));
+    let settle = Duration::from_millis(10);
     let windows = (0..WINDOWS)
-        .map(|_| {
-            settle();
-            let crossing = read::crossing_ns();
-            let before = read::window_rate(&buf);
-            let ts = decode(WINDOW);
-            settle();
-            let after = read::window_rate(&buf);
-            (ts * bytes, (before + after) / 2.0, crossing)
-        })
+        .map(|_| read::window(&buf, bytes, settle, || decode(WINDOW)))
         .collect();
     (ts, windows)
 }

@@ -1,7 +1,7 @@
 //! The read side of the roofline: how fast the compute threads can stream memory.
 
 use rayon::prelude::*;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// `len` words of ones, on huge pages where the system allows them, as sluice keeps its
 /// weights (`sluice_kernels::Huge`): on 4 KB pages every 4 KB read is a TLB miss, and the
@@ -65,6 +65,25 @@ pub fn window_rate(buf: &[u64]) -> f64 {
     best
 }
 
+/// One paired window: `decode()` (tokens/s, each token reading `bytes`) between two
+/// [`window_rate`]s of `buf`, each after `settle` (time for the decoder to hand back the
+/// compute threads), with the line crossing time ([`crossing_ns`]) before it: (decode
+/// bytes/s, the mean of the two read rates, crossing ns).
+pub fn window(
+    buf: &[u64],
+    bytes: f64,
+    settle: Duration,
+    decode: impl FnOnce() -> f64,
+) -> (f64, f64, f64) {
+    std::thread::sleep(settle);
+    let crossing = crossing_ns();
+    let before = window_rate(buf);
+    let ts = decode();
+    std::thread::sleep(settle);
+    let after = window_rate(buf);
+    (ts * bytes, (before + after) / 2.0, crossing)
+}
+
 /// The sum of `words`, with the widest vector loads the CPU has, prefetching `ahead`.
 fn sum_words(words: &[u64], ahead: bool) -> u64 {
     #[cfg(target_arch = "x86_64")]
@@ -117,7 +136,7 @@ const CROSSINGS: u64 = 10_000;
 pub fn crossing_ns() -> f64 {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (flag, gave_up) = (AtomicU64::new(0), AtomicBool::new(false));
-    let deadline = Instant::now() + std::time::Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(1);
     // Waits for `flag == want`; false once either side has given up.
     let wait = |want: u64| {
         while flag.load(Ordering::Acquire) != want {
