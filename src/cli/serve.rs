@@ -30,7 +30,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let addr = config.http.address.clone();
-        let listener = tokio::net::TcpListener::bind(&addr)
+        let listener = sluice::http::conn::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("listening on {addr}: {e}"))?;
         let scheme = if config.http.tls.is_some() { "https" } else { "http" };

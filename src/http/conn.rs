@@ -37,7 +37,7 @@ use crate::error::{ApiError, HttpError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 /// Connections over the cap that may be read for a probe at once.
@@ -249,6 +249,39 @@ async fn connection<S>(
     }
 }
 
+/// Connections the kernel may complete and queue before the accept loop takes them (the
+/// listen backlog; the kernel caps it at `net.core.somaxconn`). tokio's `bind` asks for
+/// 1024, and a thousand clients connecting at once overflowed it on the 2-core test
+/// machine (`nstat` counted 50-130 `TcpExtListenOverflows` in a run of `tests/load.rs`):
+/// each handshake dropped there waits for the client's retransmission a second later, a
+/// health probe's too.
+pub const BACKLOG: u32 = 4096;
+
+/// Listens on `addr` (`host:port`, resolved as `TcpListener::bind` resolves it: the first
+/// address that binds) with a backlog of [`BACKLOG`].
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = match a {
+            std::net::SocketAddr::V4(_) => TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => TcpSocket::new_v6()?,
+        };
+        // As tokio's `bind`: a restarted server binds while old connections linger.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to nothing",
+        )
+    }))
+}
+
 /// Accepts and serves connections on `listener` until `shutdown` completes, then lets the
 /// open ones finish (see the module docs).
 pub async fn serve(
@@ -309,4 +342,38 @@ pub async fn serve(
     // Every connection gives its place back when it closes.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = places.acquire_many(all).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More clients than tokio's backlog of 1024 connect before the accept loop takes any
+    /// (as a burst does while the loop is busy): each completes its handshake at once.
+    /// With a backlog of 1024 the kernel drops the handshakes past the 1025th, and those
+    /// connects wait for a retransmission instead.
+    #[tokio::test]
+    async fn a_burst_past_1024_connections_is_queued_not_dropped() {
+        const BURST: usize = 1100;
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(
+            somaxconn >= BURST,
+            "net.core.somaxconn is {somaxconn}: the kernel caps every backlog below {BURST}"
+        );
+        let listener = bind("127.0.0.1:0").await.expect("a listener");
+        let addr = listener.local_addr().expect("its address");
+        let opened = tokio::task::spawn_blocking(move || {
+            (0..BURST)
+                .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .expect("the connects ran");
+        let failed = opened.iter().filter(|c| c.is_err()).count();
+        assert_eq!(failed, 0, "{failed} of {BURST} connects not queued");
+        drop(listener);
+    }
 }
