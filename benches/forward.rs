@@ -13,6 +13,8 @@
 //! step needs to pay for itself.
 //!
 //! `cargo bench --bench forward` (the default model), or `SLUICE_MODEL=FILE.gguf`.
+//! `SLUICE_BENCH_STAGES=1` instead splits one decode token's time into its stages (the
+//! matmuls, attention, norms, ...: `sluice_kernels::stages`).
 //! `SLUICE_BENCH_PREFETCH=4096:l2,2048:l1` instead compares decode under prefetch
 //! settings of the matmul kernels, side by side (`compare_prefetch`);
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:alone` decode with and without fetching ahead
@@ -48,6 +50,9 @@ fn main() {
     m.forward(&mut kv, &rows, &[63]);
     if let Ok(settings) = std::env::var("SLUICE_BENCH_PREFETCH") {
         return compare_prefetch(&*m, &mut kv, &settings);
+    }
+    if std::env::var_os("SLUICE_BENCH_STAGES").is_some() {
+        return stages(&*m, &mut kv);
     }
     for want in [true, false] {
         let t = Instant::now();
@@ -188,6 +193,56 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 /// `sluice_kernels::set_gfni`), in alternation, 16 tokens at a
 /// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
 /// only settings measured side by side in one process compare.
+/// Where one decode token's time goes (`SLUICE_BENCH_STAGES=1`): 128 tokens at positions
+/// 64..192 of one slot, logits wanted, with `sluice_kernels::stages`' clock on; per stage
+/// its microseconds and calls a token and its share of the token. A token's serial work
+/// is every stage but the matmuls' (q, k, v; o; gate, up; down; output head), less the
+/// parallel regions inside them (attention of longer rows, a batch's row-wise passes).
+fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab) {
+    use sluice_kernels::stages;
+    let mut logits = Vec::new();
+    let mut token = |pos: usize, logits: &mut Vec<f32>| {
+        let row = TokenRow {
+            token: 7,
+            slot: 0,
+            pos,
+        };
+        m.forward_into(kv, &[row], &[0], logits);
+    };
+    (64..80).for_each(|p| token(p, &mut logits));
+    stages::set_on(true);
+    stages::take();
+    let start = Instant::now();
+    (64..192).for_each(|p| token(p, &mut logits));
+    let total = start.elapsed().as_secs_f64() * 1e6 / 128.0;
+    stages::set_on(false);
+    println!("one decode token at positions 64..192: {total:.1} µs");
+    println!("| stage | µs/token | calls/token | of the token |");
+    println!("|---|---:|---:|---:|");
+    let (regions, staged): (Vec<_>, Vec<_>) = stages::take()
+        .into_iter()
+        .partition(|(name, ..)| *name == stages::REGIONS);
+    let row = |name: &str, took: std::time::Duration, calls: u64| {
+        let us = took.as_secs_f64() * 1e6 / 128.0;
+        let calls = calls as f64 / 128.0;
+        println!(
+            "| {name} | {us:.1} | {calls:.1} | {:.1}% |",
+            100.0 * us / total
+        );
+        us
+    };
+    let sum: f64 = staged
+        .iter()
+        .map(|&(name, took, calls)| row(name, took, calls))
+        .sum();
+    let rest = total - sum;
+    let share = 100.0 * rest / total;
+    println!("| rest (embedding, output norm, buffers) | {rest:.1} | | {share:.1}% |");
+    for (name, took, calls) in regions {
+        row(name, took, calls);
+    }
+}
+
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
     type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], &'a str);

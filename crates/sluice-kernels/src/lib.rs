@@ -34,6 +34,7 @@ mod plain;
 mod quantize;
 mod simd;
 mod softmax;
+pub mod stages;
 mod tasks;
 pub mod threads;
 #[cfg(target_arch = "x86_64")]

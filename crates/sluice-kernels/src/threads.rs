@@ -142,6 +142,7 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
     let Ok(_one) = pool.busy.try_lock() else {
         return (0..n).for_each(f);
     };
+    let clock = crate::stages::on().then(Instant::now);
     INSIDE.set(true);
     let task: Task = &f;
     pool.task
@@ -184,6 +185,9 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
         }
     }
     INSIDE.set(false);
+    if let Some(start) = clock {
+        crate::stages::record(crate::stages::REGIONS, start.elapsed());
+    }
     if let Some(e) = raised {
         resume_unwind(e);
     }

@@ -3,6 +3,7 @@
 //! block table (optional sliding window and logit soft-capping, any head size), and the
 //! output projection.
 
+use sluice_kernels::stages::stage;
 use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
 
 use super::TokenRow;
@@ -114,18 +115,22 @@ impl Attention {
             // A decode step's keys and values have left the cache since the last token (the
             // whole model streamed through it): asked for now, they arrive during the
             // matmul below instead of stalling the attention after it.
-            kv.prefetch(layer, rows, self.options.window);
+            stage("kv prefetch", || {
+                kv.prefetch(layer, rows, self.options.window)
+            });
         }
-        let input = Input::new(h, n);
-        QLinear::matmul_many(
-            &input,
-            &mut [
-                (&self.wq, &mut s.q[..]),
-                (&self.wk, &mut s.k[..]),
-                (&self.wv, &mut s.v[..]),
-            ],
-        );
-        QLinear::fetch_ahead(n, &[&self.wo]);
+        stage("q, k, v", || {
+            let input = Input::new(h, n);
+            QLinear::matmul_many(
+                &input,
+                &mut [
+                    (&self.wq, &mut s.q[..]),
+                    (&self.wk, &mut s.k[..]),
+                    (&self.wv, &mut s.v[..]),
+                ],
+            );
+        });
+        stage("fetch ahead", || QLinear::fetch_ahead(n, &[&self.wo]));
         if let Some([bq, bk, bv]) = &self.bias {
             add_bias(&mut s.q, bq);
             add_bias(&mut s.k, bk);
@@ -135,10 +140,12 @@ impl Attention {
             qn.rows_in_place(&mut s.q);
             kn.rows_in_place(&mut s.k);
         }
-        self.rotate(cs, n, &mut s.q, &mut s.k);
-        kv.write_rows(layer, rows, &s.k, &s.v);
-        self.attend(kv, layer, rows, &s.q, &mut s.att);
-        self.wo.matmul(&s.att, n, &mut s.out);
+        stage("rope", || self.rotate(cs, n, &mut s.q, &mut s.k));
+        stage("kv write", || kv.write_rows(layer, rows, &s.k, &s.v));
+        stage("attention", || {
+            self.attend(kv, layer, rows, &s.q, &mut s.att)
+        });
+        stage("o", || self.wo.matmul(&s.att, n, &mut s.out));
     }
 
     /// RoPE on every row's queries and keys, a batch's rows in parallel (tasks as in

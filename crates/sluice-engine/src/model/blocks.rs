@@ -1,6 +1,7 @@
 //! Shared building blocks: RMSNorm, rotary position embeddings and the gated MLP. The
 //! attention block is in `attention.rs`.
 
+use sluice_kernels::stages::stage;
 use sluice_kernels::{Input, QLinear, dot, gelu_mul, silu_mul};
 
 use super::TokenRow;
@@ -220,17 +221,19 @@ impl Mlp {
 
     /// `out = down(act(gate(h)) * up(h))` for the `n` rows of `h`.
     pub fn forward(&self, h: &[f32], n: usize, s: &mut MlpScratch, out: &mut [f32]) {
-        let input = Input::new(h, n);
-        QLinear::matmul_many(
-            &input,
-            &mut [(&self.gate, &mut s.gate[..]), (&self.up, &mut s.up[..])],
-        );
-        QLinear::fetch_ahead(n, &[&self.down]);
-        match self.act {
+        stage("gate, up", || {
+            let input = Input::new(h, n);
+            QLinear::matmul_many(
+                &input,
+                &mut [(&self.gate, &mut s.gate[..]), (&self.up, &mut s.up[..])],
+            );
+        });
+        stage("fetch ahead", || QLinear::fetch_ahead(n, &[&self.down]));
+        stage("activation", || match self.act {
             Activation::Silu => silu_mul(&mut s.gate, &s.up),
             Activation::Gelu => gelu_mul(&mut s.gate, &s.up),
-        }
-        self.down.matmul(&s.gate, n, out);
+        });
+        stage("down", || self.down.matmul(&s.gate, n, out));
     }
 }
 

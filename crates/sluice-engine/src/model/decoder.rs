@@ -10,6 +10,7 @@
 //! pass").
 
 use sluice_kernels::QLinear;
+use sluice_kernels::stages::stage;
 
 use super::attention::{Attention, AttentionOptions};
 use super::blocks::{Activation, Mlp, RmsNorm, Rope, RopeStyle, rows_per_task};
@@ -117,7 +118,7 @@ impl Model for Decoder {
         let head = self.head.as_ref().unwrap_or(&self.embed);
         // Every element is overwritten: the old contents of a reused buffer need no zeroing.
         logits.resize(m * head.rows, 0.0);
-        head.matmul(&last, m, logits);
+        stage("output head", || head.matmul(&last, m, logits));
         if let Some(cap) = self.final_softcap {
             logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
         }
@@ -185,18 +186,19 @@ impl Decoder {
                 layer.attn_norm.rows(&x, &mut h);
             }
             layer.attn.forward(kv, l, rows, &tables[t].1, &h, &mut attn);
-            QLinear::fetch_ahead(n, &[&layer.mlp.gate, &layer.mlp.up]);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.rows_in_place(&mut attn.out);
-            }
-            residual(&mut x, &attn.out, Some(&layer.ffn_norm), &mut h, dim);
+            stage("fetch ahead", || {
+                QLinear::fetch_ahead(n, &[&layer.mlp.gate, &layer.mlp.up])
+            });
+            stage("residual, norms", || {
+                if let Some(norm) = &layer.post_attn_norm {
+                    norm.rows_in_place(&mut attn.out);
+                }
+                residual(&mut x, &attn.out, Some(&layer.ffn_norm), &mut h, dim);
+            });
             layer.mlp.forward(&h, n, &mut mlp, &mut mlp_out);
-            if let Some(norm) = &layer.post_ffn_norm {
-                norm.rows_in_place(&mut mlp_out);
-            }
             // The next layer's input norm, in the same pass.
             let next = self.layers.get(l + 1).map(|next| &next.attn_norm);
-            match self.layers.get(l + 1) {
+            stage("fetch ahead", || match self.layers.get(l + 1) {
                 Some(next) => {
                     let a = &next.attn;
                     QLinear::fetch_ahead(n, &[&a.wq, &a.wk, &a.wv]);
@@ -205,8 +207,13 @@ impl Decoder {
                     QLinear::fetch_ahead(n, &[self.head.as_ref().unwrap_or(&self.embed)]);
                 }
                 None => {}
-            }
-            residual(&mut x, &mlp_out, next, &mut h, dim);
+            });
+            stage("residual, norms", || {
+                if let Some(norm) = &layer.post_ffn_norm {
+                    norm.rows_in_place(&mut mlp_out);
+                }
+                residual(&mut x, &mlp_out, next, &mut h, dim);
+            });
         }
         let m = want.len();
         let mut last = vec![0f32; m * dim];
