@@ -54,11 +54,15 @@ impl QuantActs {
         let td = Chunks::new(&mut t.d, per * nb);
         let ts32 = Chunks::new(&mut t.s32, per * nb);
         let ts16 = Chunks::new(&mut t.s16, per * nb * 2);
-        let tz: Vec<Chunks<i32>> =
+        // (Untiled, as every decode step is, nothing to allocate.)
+        let tz: Vec<Chunks<i32>> = if tiled {
             t.z.iter_mut()
                 .zip(FOLDS)
                 .map(|(z, (bk, _))| Chunks::new(z, per * cols / bk))
-                .collect();
+                .collect()
+        } else {
+            Vec::new()
+        };
         crate::threads::for_each(n.div_ceil(rows), |i| {
             let x = &x[i * rows * cols..((i + 1) * rows * cols).min(x.len())];
             // SAFETY: task `i` is the only one that takes chunk `i` of each output.

@@ -275,7 +275,8 @@ impl QLinear {
         let acts = input.acts(outs[0].0.cols);
         let groups: Vec<usize> = packed.iter().map(|p| p.groups()).collect();
         let work: usize = packed.iter().map(|p| p.rows() * p.cols()).sum::<usize>() * n;
-        let plan = crate::tasks::plan(&groups, work, n, crate::threads::threads());
+        let plan = crate::tasks::plan_kept(&groups, work, n, crate::threads::threads());
+        let plan = &*plan;
         let ys: Vec<(SendPtr, usize)> = outs
             .iter_mut()
             .map(|(w, y)| (SendPtr(y.as_mut_ptr()), w.rows))

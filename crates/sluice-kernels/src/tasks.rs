@@ -17,7 +17,9 @@
 //!   next. Each thread's share is exactly its contiguous fraction of the groups, which is
 //!   what an idle helper fetched ahead (`ahead.rs`).
 
+use std::cell::RefCell;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::layout::Part;
@@ -66,6 +68,42 @@ impl Plan {
     fn end_task(&mut self) {
         self.bounds.push(self.parts.len());
     }
+}
+
+/// Plans kept per thread (the most recently made; a decode step asks for one per matmul
+/// shape, the same in every layer).
+const KEPT: usize = 32;
+
+/// What a plan is made from: the matrices' groups, the work, rows, threads and whether
+/// little work halves.
+type Key = (Vec<usize>, usize, usize, usize, bool);
+
+thread_local! {
+    static PLANS: RefCell<Vec<(Key, Rc<Plan>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`plan`], made once per thread for each set of arguments and kept: a decode step's
+/// matmuls ask for the same few plans in every layer, and making one (a few allocations,
+/// a few hundred ns when hot) ran on the caller while the helpers waited, between
+/// quantising the input and starting the region: on the 2-vCPU AMD EPYC VM about 1.3 µs
+/// a matmul in a decode step, with the step's small data out of cache behind the
+/// streamed weights (`SLUICE_BENCH_STAGES=1` of `benches/forward.rs`).
+pub(crate) fn plan_kept(groups: &[usize], work: usize, n: usize, threads: usize) -> Rc<Plan> {
+    let halving = HALVING.load(Ordering::Relaxed);
+    PLANS.with_borrow_mut(|kept| {
+        let same = |(k, _): &&(Key, Rc<Plan>)| {
+            k.0 == groups && (k.1, k.2, k.3, k.4) == (work, n, threads, halving)
+        };
+        if let Some((_, p)) = kept.iter().find(same) {
+            return p.clone();
+        }
+        let p = Rc::new(plan(groups, work, n, threads));
+        if kept.len() == KEPT {
+            kept.remove(0);
+        }
+        kept.push(((groups.to_vec(), work, n, threads, halving), p.clone()));
+        p
+    })
 }
 
 /// The plan for matrices of `groups[k]` weight groups and `work` multiply-adds in all,
@@ -207,6 +245,36 @@ mod tests {
         assert_eq!(p.task(5)[0].1.groups.start, 30);
         assert_eq!(p.task(5).len(), 2, "{:?}", p.task(5));
         covers_once(&p, &groups, 1);
+    }
+
+    /// A kept plan is the plan the same arguments make, and a change of any argument (the
+    /// halving knob included) makes a new one.
+    #[test]
+    fn a_kept_plan_is_the_plan_made_fresh() {
+        let tasks = |p: &Plan| -> Vec<Vec<(usize, Part)>> {
+            (0..p.len()).map(|t| p.task(t).to_vec()).collect()
+        };
+        let args: [(&[usize], usize, usize); 4] = [
+            (&[36, 12, 12], 960 * 576, 1),
+            (&[36], 576 * 576, 1),
+            (&[96, 96], 2 * 1536 * 576, 4),
+            (&[36, 12, 12], 960 * 576 * 200, 200),
+        ];
+        for _ in 0..2 {
+            for &(groups, work, n) in &args {
+                for threads in [1, 2, 3] {
+                    let kept = plan_kept(groups, work, n, threads);
+                    assert_eq!(tasks(&kept), tasks(&plan(groups, work, n, threads)));
+                }
+            }
+        }
+        // Kept: the same `Rc` comes back.
+        let (a, b) = (plan_kept(&[36], 1, 1, 2), plan_kept(&[36], 1, 1, 2));
+        assert!(Rc::ptr_eq(&a, &b));
+        // More argument sets than are kept: still each one's own plan.
+        for g in 1..=2 * KEPT {
+            assert_eq!(plan_kept(&[g], g, 1, 2).len(), plan(&[g], g, 1, 2).len());
+        }
     }
 
     /// An output head (much work) keeps equal tasks of bounded work.

@@ -97,7 +97,7 @@ pub(crate) const PREFETCH_ROWS: usize = 4;
 
 /// The share of one matmul that one task computes: the weight rows of groups `groups`
 /// against activation rows `rows`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Part {
     /// Groups of `GROUP` weight rows.
     pub groups: std::ops::Range<usize>,
