@@ -187,12 +187,6 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
     }
 }
 
-/// Decode steps (one slot, logits wanted) under each prefetch setting of `settings`
-/// ("4096:l2,2048:l1,0:off": bytes ahead and where to; a field `:alone` turns off
-/// fetching ahead, `sluice_kernels::set_fetch_ahead`, and `:nogfni` the GFNI nibble split,
-/// `sluice_kernels::set_gfni`), in alternation, 16 tokens at a
-/// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
-/// only settings measured side by side in one process compare.
 /// Where one decode token's time goes (`SLUICE_BENCH_STAGES=1`): 128 tokens at positions
 /// 64..192 of one slot, logits wanted, with `sluice_kernels::stages`' clock on; per stage
 /// its microseconds and calls a token and its share of the token. A token's serial work
@@ -243,6 +237,12 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab) {
     }
 }
 
+/// Decode steps (one slot, logits wanted) under each prefetch setting of `settings`
+/// ("4096:l2,2048:l1,0:off": bytes ahead and where to; a field `:alone` turns off
+/// fetching ahead, `sluice_kernels::set_fetch_ahead`, and `:nogfni` the GFNI nibble split,
+/// `sluice_kernels::set_gfni`), in alternation, 16 tokens at a
+/// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
+/// only settings measured side by side in one process compare.
 fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
     use sluice_kernels::Prefetch;
     type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], &'a str);
