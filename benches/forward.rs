@@ -26,6 +26,8 @@
 //! equal ones (`sluice_kernels::set_halving`); a field `w2048` sets the distance of 8-bit
 //! quants (Q8_0) apart, which is otherwise the CPU's default
 //! (`sluice_kernels::set_prefetch_whole_bytes`).
+//! `SLUICE_BENCH_AT=500` decodes those from position 500 instead of 64, after a prompt
+//! that wrote every position before it.
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -40,16 +42,24 @@ fn main() {
     println!("{}", path.display());
     let s = m.shape().clone();
     let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
-    let rows: Vec<TokenRow> = (0..64)
+    // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` decodes from (default 64),
+    // every position before it written by a prompt (keys and values never written would
+    // read the kernel's shared zero page, which never leaves the cache).
+    let at: usize = std::env::var("SLUICE_BENCH_AT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+        .clamp(1, 1000);
+    let rows: Vec<TokenRow> = (0..at)
         .map(|p| TokenRow {
-            token: 100 + p as u32,
+            token: 100 + p as u32 % 1000,
             slot: 0,
             pos: p,
         })
         .collect();
-    m.forward(&mut kv, &rows, &[63]);
+    m.forward(&mut kv, &rows, &[at - 1]);
     if let Ok(settings) = std::env::var("SLUICE_BENCH_PREFETCH") {
-        return compare_prefetch(&*m, &mut kv, &settings);
+        return compare_prefetch(&*m, &mut kv, &settings, at);
     }
     if std::env::var_os("SLUICE_BENCH_STAGES").is_some() {
         return stages(&*m, &mut kv);
@@ -243,7 +253,12 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab) {
 /// `sluice_kernels::set_gfni`), in alternation, 16 tokens at a
 /// time, 30 times each: on a machine whose memory bandwidth moves from minute to minute,
 /// only settings measured side by side in one process compare.
-fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, settings: &str) {
+fn compare_prefetch(
+    m: &dyn sluice::engine::testing::Model,
+    kv: &mut KvSlab,
+    settings: &str,
+    at: usize,
+) {
     use sluice_kernels::Prefetch;
     type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], &'a str);
     let settings: Vec<Setting> = settings
@@ -292,7 +307,7 @@ fn compare_prefetch(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, set
             sluice_kernels::set_specialised(!generic);
             sluice_kernels::set_halving(!even);
             let start = Instant::now();
-            for pos in 64..80 {
+            for pos in at..at + 16 {
                 let row = TokenRow {
                     token: 7,
                     slot: 0,

@@ -31,7 +31,10 @@
 //! requantised with llama.cpp's `llama-quantize`, `SLUICE_BENCH_ROUNDS` (default 3) the
 //! rounds, `SLUICE_BENCH_LEVELS=avx2,avx512` the kernel levels, `SLUICE_BENCH_SLOTS` the
 //! engine's slots (default 32, the server's default). The CPU model is printed first:
-//! figures from one machine say nothing of another.
+//! figures from one machine say nothing of another. `SLUICE_BENCH_REGIONS=1` adds, for
+//! each window, the rate at which each matmul stage streamed its weights
+//! (`roofline/split.rs`), and after each decode figure the read rate of a token's bytes
+//! cut into as many parallel regions as a decode token has, both on stderr.
 
 // Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
 #[path = "speed/peer.rs"]
@@ -39,6 +42,8 @@
 mod peer;
 #[path = "roofline/read.rs"]
 mod read;
+#[path = "roofline/split.rs"]
+mod split;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::quantized::gguf_file;
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
+use sluice_kernels::stages;
 
 /// Tokens decoded per measured run (after the prompt's first), as llama-bench's tg128.
 const TOKENS: usize = 128;
@@ -340,6 +346,7 @@ fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64, f64)>) {
     let out = Command::new(std::env::current_exe().expect("this bench"))
         .env("SLUICE_ROOFLINE_CHILD", path)
         .env("SLUICE_KERNEL", level)
+        .stderr(std::process::Stdio::inherit())
         .output()
         .expect("the bench runs itself");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -411,9 +418,31 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     // its compute threads: a read that found them busy would run on one thread and set
     // the ceiling too low.
     let settle = Duration::from_millis(10);
+    let split = std::env::var_os("SLUICE_BENCH_REGIONS").is_some();
+    let matrices = if split {
+        split::stage_bytes(path)
+    } else {
+        Vec::new()
+    };
     let windows = (0..WINDOWS)
-        .map(|_| read::window(&buf, bytes, settle, || decode(WINDOW)))
+        .map(|_| {
+            if !split {
+                return read::window(&buf, bytes, settle, || decode(WINDOW));
+            }
+            let _ = stages::take();
+            let w = read::window(&buf, bytes, settle, || {
+                stages::set_on(true);
+                let r = decode(WINDOW);
+                stages::set_on(false);
+                r
+            });
+            split::print_stage_rates(w, &matrices, &stages::take());
+            w
+        })
         .collect();
+    if split {
+        split::cut_reads(&buf, split::regions(path));
+    }
     (ts, windows)
 }
 

@@ -172,3 +172,49 @@ pub fn crossing_ns() -> f64 {
         start.elapsed().as_secs_f64() * 1e9 / (2 * (CROSSINGS - 1)) as f64
     })
 }
+
+/// The read rate, bytes/s, of [`WINDOW_PASSES`] passes over `buf` cut into `regions`
+/// parallel regions a pass, as a decode token's matmuls are (about four a layer), each of
+/// 10 equal tasks, so that each thread streams its contiguous half of every region; with
+/// `ahead` asking for each line 8 KB ahead as the decode matmuls do, and with `next` each
+/// thread asking, as it ends its half of a region, for the first 8 KB of its half of the
+/// next. Against [`window_rate`] (one region a pass), it is what cutting the stream into a
+/// token's regions costs, apart from the matmul kernels.
+pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64 {
+    const TASKS: usize = 10;
+    let per = buf.len().div_ceil(regions.max(1));
+    let region = |r: usize| &buf[(r * per).min(buf.len())..((r + 1) * per).min(buf.len())];
+    sluice_kernels::threads::for_each(TASKS, |_| {});
+    let start = Instant::now();
+    let mut total = 0u64;
+    for _ in 0..WINDOW_PASSES {
+        for r in 0..regions {
+            let words = region(r);
+            let size = words.len().div_ceil(TASKS).max(1);
+            let part = |w: &[u64], i: usize| -> std::ops::Range<usize> {
+                (i * size).min(w.len())..((i + 1) * size).min(w.len())
+            };
+            let sums = sluice_kernels::threads::map(TASKS, |i| {
+                let sum = sum_words(&words[part(words, i)], ahead);
+                // The last task of a half: the start of that half of the next region.
+                if next && (i == TASKS / 2 - 1 || i == TASKS - 1) && r + 1 < regions {
+                    let following = region(r + 1);
+                    let first = part(following, if i < TASKS / 2 { 0 } else { TASKS / 2 });
+                    let head = &following[first.start..first.end.min(first.start + 1024)];
+                    for line in head.chunks(8) {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: SSE is part of x86_64; a prefetch never faults.
+                        unsafe {
+                            use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+                            _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8);
+                        }
+                    }
+                }
+                sum
+            });
+            total += sums.iter().sum::<u64>();
+        }
+    }
+    assert_eq!(total, (WINDOW_PASSES * buf.len()) as u64, "every word read");
+    (WINDOW_PASSES * std::mem::size_of_val(buf)) as f64 / start.elapsed().as_secs_f64()
+}

@@ -1,0 +1,128 @@
+//! `SLUICE_BENCH_REGIONS=1` of the roofline bench: where a decode token's time goes in
+//! each placement of the vCPUs. Each matmul stage's streaming rate in every paired window,
+//! and the read rate of a token's bytes cut into as many parallel regions as a decode
+//! token has, against the same bytes in one stream.
+
+use std::path::Path;
+use std::time::Duration;
+
+use candle_core::quantized::gguf_file;
+use sluice_kernels::stages;
+
+use crate::read;
+
+/// The matmul stages of a decode token (`sluice_kernels::stages` names) and the bytes of
+/// `path`'s weights each reads a token.
+pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
+    let mut f = std::fs::File::open(path).expect("the model file");
+    let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
+    let tied = !content.tensor_infos.contains_key("output.weight");
+    let stage = |name: &str| match name {
+        n if ["attn_q.", "attn_k.", "attn_v."]
+            .iter()
+            .any(|p| n.contains(p)) =>
+        {
+            Some("q, k, v")
+        }
+        n if n.contains("attn_output.") => Some("o"),
+        n if n.contains("ffn_gate.") || n.contains("ffn_up.") => Some("gate, up"),
+        n if n.contains("ffn_down.") => Some("down"),
+        "output.weight" => Some("output head"),
+        "token_embd.weight" if tied => Some("output head"),
+        _ => None,
+    };
+    let mut bytes: Vec<(&'static str, f64)> = Vec::new();
+    for (name, info) in &content.tensor_infos {
+        let Some(s) = stage(name) else { continue };
+        let d = info.ggml_dtype;
+        let b = (info.shape.elem_count() / d.block_size() * d.type_size()) as f64;
+        match bytes.iter_mut().find(|(n, _)| *n == s) {
+            Some((_, total)) => *total += b,
+            None => bytes.push((s, b)),
+        }
+    }
+    bytes
+}
+
+/// One paired window's decode and read rates (GB/s) with the rate at which each matmul
+/// stage streamed its weights in it (its bytes a token over its time a token, the time of
+/// quantising its input and handing out its region included), and the serial rest's
+/// share of the window (stderr).
+pub fn print_stage_rates(
+    w: (f64, f64, f64),
+    matrices: &[(&str, f64)],
+    st: &[(&str, Duration, u64)],
+) {
+    let find = |name: &str| st.iter().find(|(n, ..)| *n == name);
+    let tokens = find("output head").map_or(0, |s| s.2).max(1) as f64;
+    let rates: Vec<String> = matrices
+        .iter()
+        .filter_map(|&(name, bytes)| {
+            let (_, took, _) = find(name)?;
+            Some(format!(
+                "{name} {:.1}",
+                bytes * tokens / took.as_secs_f64() / 1e9
+            ))
+        })
+        .collect();
+    let staged: f64 = st
+        .iter()
+        .filter(|(n, ..)| *n != stages::REGIONS)
+        .map(|(_, d, _)| d.as_secs_f64())
+        .sum();
+    let matmuls: f64 = matrices
+        .iter()
+        .filter_map(|(name, _)| find(name).map(|s| s.1.as_secs_f64()))
+        .sum();
+    eprintln!(
+        "window decode/read GB/s@crossing {:.1}/{:.1}@{:.0}ns; matmuls streamed GB/s: {}; \
+         serial work {:.0}% of the staged time",
+        w.0 / 1e9,
+        w.1 / 1e9,
+        w.2,
+        rates.join(", "),
+        100.0 * (staged - matmuls) / staged.max(f64::MIN_POSITIVE)
+    );
+}
+
+/// The parallel regions of matmuls in one decode token of `path`'s model: q/k/v, o,
+/// gate/up and down in each layer, and the output head.
+pub fn regions(path: &Path) -> usize {
+    let mut f = std::fs::File::open(path).expect("the model file");
+    let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
+    let arch = content.metadata["general.architecture"]
+        .to_string()
+        .expect("an architecture")
+        .clone();
+    let layers = content
+        .metadata
+        .get(&format!("{arch}.block_count"))
+        .and_then(|v| v.to_u32().ok())
+        .unwrap_or(0) as usize;
+    4 * layers + 1
+}
+
+/// `SLUICE_BENCH_REGIONS=1`: rounds of the read rate of a token's bytes in one stream
+/// ([`read::window_rate`]) beside the same bytes cut into the token's `regions`
+/// ([`read::regions_rate`]: plainly, asking 8 KB ahead, and asking for the next region's
+/// start at the end of each half), with the line crossing time that tells where the
+/// vCPUs are (stderr). What the region structure alone costs in each placement.
+pub fn cut_reads(buf: &[u64], regions: usize) {
+    for _ in 0..8 {
+        let cross = read::crossing_ns();
+        let whole = read::window_rate(buf);
+        let plain = read::regions_rate(buf, regions, false, false);
+        let ahead = read::regions_rate(buf, regions, true, false);
+        let next = read::regions_rate(buf, regions, false, true);
+        let both = read::regions_rate(buf, regions, true, true);
+        eprintln!(
+            "read GB/s@crossing: {:.1}@{cross:.0}ns in one stream; in {regions} regions: \
+             {:.1} plain, {:.1} 8 KB ahead, {:.1} asking for the next region's start, {:.1} both",
+            whole / 1e9,
+            plain / 1e9,
+            ahead / 1e9,
+            next / 1e9,
+            both / 1e9
+        );
+    }
+}
