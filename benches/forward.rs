@@ -42,22 +42,23 @@ fn main() {
     println!("{}", path.display());
     let s = m.shape().clone();
     let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
-    // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` decodes from (default 64),
-    // every position before it written by a prompt (keys and values never written would
-    // read the kernel's shared zero page, which never leaves the cache).
+    // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` decodes from (default 64).
+    // A prompt writes every position before it, and before 64, where the other runs
+    // start (keys and values never written would read the kernel's shared zero page,
+    // which never leaves the cache).
     let at: usize = std::env::var("SLUICE_BENCH_AT")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64)
         .clamp(1, 1000);
-    let rows: Vec<TokenRow> = (0..at)
+    let rows: Vec<TokenRow> = (0..at.max(64))
         .map(|p| TokenRow {
             token: 100 + p as u32 % 1000,
             slot: 0,
             pos: p,
         })
         .collect();
-    m.forward(&mut kv, &rows, &[at - 1]);
+    m.forward(&mut kv, &rows, &[rows.len() - 1]);
     if let Ok(settings) = std::env::var("SLUICE_BENCH_PREFETCH") {
         return compare_prefetch(&*m, &mut kv, &settings, at);
     }

@@ -218,3 +218,54 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
     assert_eq!(total, (WINDOW_PASSES * buf.len()) as u64, "every word read");
     (WINDOW_PASSES * std::mem::size_of_val(buf)) as f64 / start.elapsed().as_secs_f64()
 }
+
+/// The read rate, bytes/s, of [`WINDOW_PASSES`] passes over `buf` cut into `regions`
+/// phases as [`regions_rate`] cuts it, but run by one thread per compute thread started
+/// once, each reading its contiguous share of every phase and waiting for the others at a
+/// spin barrier after each: what the cut costs when the hand-off is a barrier instead of
+/// a parallel region.
+pub fn barrier_rate(buf: &[u64], regions: usize) -> f64 {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    let t = sluice_kernels::threads::threads();
+    let per = buf.len().div_ceil(regions.max(1));
+    let arrived = AtomicUsize::new(0);
+    let total = AtomicU64::new(0);
+    // The pool's helpers go to sleep after a while without work: let them, so that these
+    // threads have the CPUs.
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for k in 0..t {
+            let (arrived, total) = (&arrived, &total);
+            s.spawn(move || {
+                let mut sum = 0u64;
+                let mut phase = 0;
+                for _ in 0..WINDOW_PASSES {
+                    for r in 0..regions {
+                        let lo = (r * per).min(buf.len());
+                        let words = &buf[lo..(lo + per).min(buf.len())];
+                        let share = words.len().div_ceil(t);
+                        let a = (k * share).min(words.len());
+                        sum = sum.wrapping_add(sum_words(
+                            &words[a..(a + share).min(words.len())],
+                            false,
+                        ));
+                        phase += 1;
+                        arrived.fetch_add(1, Ordering::AcqRel);
+                        while arrived.load(Ordering::Acquire) < t * phase {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }
+                total.fetch_add(sum, Ordering::Relaxed);
+            });
+        }
+    });
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(
+        total.into_inner(),
+        (WINDOW_PASSES * buf.len()) as u64,
+        "every word read"
+    );
+    (WINDOW_PASSES * std::mem::size_of_val(buf)) as f64 / secs
+}

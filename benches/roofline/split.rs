@@ -18,7 +18,7 @@ pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
     let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
     let tied = !content.tensor_infos.contains_key("output.weight");
     let stage = |name: &str| match name {
-        n if ["attn_q.", "attn_k.", "attn_v."]
+        n if ["attn_q.", "attn_k.", "attn_v.", "attn_qkv."]
             .iter()
             .any(|p| n.contains(p)) =>
         {
@@ -105,8 +105,9 @@ pub fn regions(path: &Path) -> usize {
 /// `SLUICE_BENCH_REGIONS=1`: rounds of the read rate of a token's bytes in one stream
 /// ([`read::window_rate`]) beside the same bytes cut into the token's `regions`
 /// ([`read::regions_rate`]: plainly, asking 8 KB ahead, and asking for the next region's
-/// start at the end of each half), with the line crossing time that tells where the
-/// vCPUs are (stderr). What the region structure alone costs in each placement.
+/// start at the end of each half; [`read::barrier_rate`]: as phases of one region), with
+/// the line crossing time that tells where the vCPUs are (stderr). What the region
+/// structure alone costs in each placement.
 pub fn cut_reads(buf: &[u64], regions: usize) {
     for _ in 0..8 {
         let cross = read::crossing_ns();
@@ -115,14 +116,17 @@ pub fn cut_reads(buf: &[u64], regions: usize) {
         let ahead = read::regions_rate(buf, regions, true, false);
         let next = read::regions_rate(buf, regions, false, true);
         let both = read::regions_rate(buf, regions, true, true);
+        let barrier = read::barrier_rate(buf, regions);
         eprintln!(
             "read GB/s@crossing: {:.1}@{cross:.0}ns in one stream; in {regions} regions: \
-             {:.1} plain, {:.1} 8 KB ahead, {:.1} asking for the next region's start, {:.1} both",
+             {:.1} plain, {:.1} 8 KB ahead, {:.1} asking for the next region's start, \
+             {:.1} both; in {regions} phases of one region with a barrier: {:.1}",
             whole / 1e9,
             plain / 1e9,
             ahead / 1e9,
             next / 1e9,
-            both / 1e9
+            both / 1e9,
+            barrier / 1e9
         );
     }
 }
