@@ -53,7 +53,7 @@ fn main() {
         .clamp(1, 1000);
     let rows: Vec<TokenRow> = (0..at.max(64))
         .map(|p| TokenRow {
-            token: 100 + p as u32 % 1000,
+            token: 100 + p as u32,
             slot: 0,
             pos: p,
         })

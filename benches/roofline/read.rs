@@ -175,31 +175,35 @@ pub fn crossing_ns() -> f64 {
 
 /// The read rate, bytes/s, of [`WINDOW_PASSES`] passes over `buf` cut into `regions`
 /// parallel regions a pass, as a decode token's matmuls are (about four a layer), each of
-/// 10 equal tasks, so that each thread streams its contiguous half of every region; with
-/// `ahead` asking for each line 8 KB ahead as the decode matmuls do, and with `next` each
-/// thread asking, as it ends its half of a region, for the first 8 KB of its half of the
-/// next. Against [`window_rate`] (one region a pass), it is what cutting the stream into a
+/// 5 equal tasks a compute thread (decode's shrink: `tasks.rs`), so that each thread
+/// streams its contiguous share of every region (`threads::for_each` gives thread `k` of
+/// `t` tasks `k·n/t..(k+1)·n/t`); with `ahead` asking for each line 8 KB ahead as the
+/// decode matmuls do, and with `next` each thread asking, as it starts its share of a
+/// region, for the first 8 KB of its share of the next (at the first task of a share,
+/// which its owner always runs: a thread done early takes the other's tasks from the
+/// back). Against [`window_rate`] (one region a pass), it is what cutting the stream into a
 /// token's regions costs, apart from the matmul kernels.
 pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64 {
-    const TASKS: usize = 10;
+    let threads = sluice_kernels::threads::threads();
+    let tasks = 5 * threads;
+    // The share that task `i` opens, if it is the first of one.
+    let opens = |i: usize| (0..threads).find(|&k| k * tasks / threads == i);
     let per = buf.len().div_ceil(regions.max(1));
     let region = |r: usize| &buf[(r * per).min(buf.len())..((r + 1) * per).min(buf.len())];
-    sluice_kernels::threads::for_each(TASKS, |_| {});
+    sluice_kernels::threads::for_each(tasks, |_| {});
     let start = Instant::now();
     let mut total = 0u64;
     for _ in 0..WINDOW_PASSES {
         for r in 0..regions {
             let words = region(r);
-            let size = words.len().div_ceil(TASKS).max(1);
+            let size = words.len().div_ceil(tasks).max(1);
             let part = |w: &[u64], i: usize| -> std::ops::Range<usize> {
                 (i * size).min(w.len())..((i + 1) * size).min(w.len())
             };
-            let sums = sluice_kernels::threads::map(TASKS, |i| {
-                let sum = sum_words(&words[part(words, i)], ahead);
-                // The last task of a half: the start of that half of the next region.
-                if next && (i == TASKS / 2 - 1 || i == TASKS - 1) && r + 1 < regions {
+            let sums = sluice_kernels::threads::map(tasks, |i| {
+                if let Some(k) = opens(i).filter(|_| next && r + 1 < regions) {
                     let following = region(r + 1);
-                    let first = part(following, if i < TASKS / 2 { 0 } else { TASKS / 2 });
+                    let first = part(following, k * tasks / threads);
                     let head = &following[first.start..first.end.min(first.start + 1024)];
                     for line in head.chunks(8) {
                         #[cfg(target_arch = "x86_64")]
@@ -210,7 +214,7 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
                         }
                     }
                 }
-                sum
+                sum_words(&words[part(words, i)], ahead)
             });
             total += sums.iter().sum::<u64>();
         }
@@ -222,8 +226,8 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
 /// The read rate, bytes/s, of [`WINDOW_PASSES`] passes over `buf` cut into `regions`
 /// phases as [`regions_rate`] cuts it, but run by one thread per compute thread started
 /// once, each reading its contiguous share of every phase and waiting for the others at a
-/// spin barrier after each: what the cut costs when the hand-off is a barrier instead of
-/// a parallel region.
+/// spin barrier after each, reading plainly: what the cut costs when the hand-off is a
+/// barrier instead of a parallel region.
 pub fn barrier_rate(buf: &[u64], regions: usize) -> f64 {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     let t = sluice_kernels::threads::threads();
@@ -252,8 +256,16 @@ pub fn barrier_rate(buf: &[u64], regions: usize) -> f64 {
                         ));
                         phase += 1;
                         arrived.fetch_add(1, Ordering::AcqRel);
+                        let mut spins = 0u32;
                         while arrived.load(Ordering::Acquire) < t * phase {
-                            std::hint::spin_loop();
+                            // Yielding now and then, as `threads.rs` does, in case a
+                            // thread was preempted and needs this CPU.
+                            spins = spins.wrapping_add(1);
+                            if spins.is_multiple_of(4096) {
+                                std::thread::yield_now();
+                            } else {
+                                std::hint::spin_loop();
+                            }
                         }
                     }
                 }

@@ -18,15 +18,20 @@ pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
     let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
     let tied = !content.tensor_infos.contains_key("output.weight");
     let stage = |name: &str| match name {
-        n if ["attn_q.", "attn_k.", "attn_v.", "attn_qkv."]
-            .iter()
-            .any(|p| n.contains(p)) =>
+        n if [
+            "attn_q.weight",
+            "attn_k.weight",
+            "attn_v.weight",
+            "attn_qkv.weight",
+        ]
+        .iter()
+        .any(|p| n.contains(p)) =>
         {
             Some("q, k, v")
         }
-        n if n.contains("attn_output.") => Some("o"),
-        n if n.contains("ffn_gate.") || n.contains("ffn_up.") => Some("gate, up"),
-        n if n.contains("ffn_down.") => Some("down"),
+        n if n.contains("attn_output.weight") => Some("o"),
+        n if n.contains("ffn_gate.weight") || n.contains("ffn_up.weight") => Some("gate, up"),
+        n if n.contains("ffn_down.weight") => Some("down"),
         "output.weight" => Some("output head"),
         "token_embd.weight" if tied => Some("output head"),
         _ => None,
@@ -41,13 +46,16 @@ pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
             None => bytes.push((s, b)),
         }
     }
+    // In a token's order, whatever order the file's tensors came in.
+    let order = ["q, k, v", "o", "gate, up", "down", "output head"];
+    bytes.sort_by_key(|(n, _)| order.iter().position(|o| o == n));
     bytes
 }
 
 /// One paired window's decode and read rates (GB/s) with the rate at which each matmul
 /// stage streamed its weights in it (its bytes a token over its time a token, the time of
-/// quantising its input and handing out its region included), and the serial rest's
-/// share of the window (stderr).
+/// quantising its input and handing out its region included), and the share of the
+/// staged time spent outside the matmul stages (stderr).
 pub fn print_stage_rates(
     w: (f64, f64, f64),
     matrices: &[(&str, f64)],
@@ -76,7 +84,7 @@ pub fn print_stage_rates(
         .sum();
     eprintln!(
         "window decode/read GB/s@crossing {:.1}/{:.1}@{:.0}ns; matmuls streamed GB/s: {}; \
-         serial work {:.0}% of the staged time",
+         other stages {:.0}% of the staged time",
         w.0 / 1e9,
         w.1 / 1e9,
         w.2,
@@ -98,7 +106,7 @@ pub fn regions(path: &Path) -> usize {
         .metadata
         .get(&format!("{arch}.block_count"))
         .and_then(|v| v.to_u32().ok())
-        .unwrap_or(0) as usize;
+        .expect("the model's block count") as usize;
     4 * layers + 1
 }
 
