@@ -302,18 +302,13 @@ fn cpu_model() -> String {
 /// Bytes one decode token reads from `path`'s weights, plus keys and values at the mean
 /// position of a run of `tokens` (`tokens / 2` after one prompt token).
 fn token_bytes(path: &Path, tokens: usize) -> f64 {
-    let mut f = std::fs::File::open(path).expect("the model file");
-    let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
-    let size = |info: &gguf_file::TensorInfo| {
-        let d = info.ggml_dtype;
-        (info.shape.elem_count() / d.block_size() * d.type_size()) as f64
-    };
+    let content = gguf(path);
     let tied = !content.tensor_infos.contains_key("output.weight");
     let mut bytes = 0.0;
     for (name, info) in &content.tensor_infos {
         bytes += match (name.as_str(), tied) {
-            ("token_embd.weight", false) => size(info) / info.shape.dims()[0] as f64,
-            _ => size(info),
+            ("token_embd.weight", false) => tensor_bytes(info) / info.shape.dims()[0] as f64,
+            _ => tensor_bytes(info),
         };
     }
     let arch = content.metadata["general.architecture"]
@@ -338,6 +333,18 @@ fn token_bytes(path: &Path, tokens: usize) -> f64 {
     };
     let position = 1.0 + tokens as f64 / 2.0;
     bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
+}
+
+/// `path`'s GGUF header: metadata and tensor infos.
+fn gguf(path: &Path) -> gguf_file::Content {
+    let mut f = std::fs::File::open(path).expect("the model file");
+    gguf_file::Content::read(&mut f).expect("a GGUF file")
+}
+
+/// Bytes of one tensor as the file stores it.
+fn tensor_bytes(info: &gguf_file::TensorInfo) -> f64 {
+    let d = info.ggml_dtype;
+    (info.shape.elem_count() / d.block_size() * d.type_size()) as f64
 }
 
 /// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own,
@@ -419,10 +426,11 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     // the ceiling too low.
     let settle = Duration::from_millis(10);
     let split = std::env::var_os("SLUICE_BENCH_REGIONS").is_some();
-    let matrices = if split {
-        split::stage_bytes(path)
+    let (matrices, regions) = if split {
+        let content = gguf(path);
+        (split::stage_bytes(&content), split::regions(&content))
     } else {
-        Vec::new()
+        (Vec::new(), 0)
     };
     let windows = (0..WINDOWS)
         .map(|_| {
@@ -441,7 +449,7 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
         })
         .collect();
     if split {
-        split::cut_reads(&buf, split::regions(path));
+        split::cut_reads(&buf, regions);
     }
     (ts, windows)
 }

@@ -205,14 +205,7 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
                     let following = region(r + 1);
                     let first = part(following, k * tasks / threads);
                     let head = &following[first.start..first.end.min(first.start + 1024)];
-                    for line in head.chunks(8) {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: SSE is part of x86_64; a prefetch never faults.
-                        unsafe {
-                            use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-                            _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8);
-                        }
-                    }
+                    sluice_kernels::prefetch(head);
                 }
                 sum_words(&words[part(words, i)], ahead)
             });

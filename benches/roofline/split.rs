@@ -3,7 +3,6 @@
 //! and the read rate of a token's bytes cut into as many parallel regions as a decode
 //! token has, against the same bytes in one stream.
 
-use std::path::Path;
 use std::time::Duration;
 
 use candle_core::quantized::gguf_file;
@@ -12,10 +11,8 @@ use sluice_kernels::stages;
 use crate::read;
 
 /// The matmul stages of a decode token (`sluice_kernels::stages` names) and the bytes of
-/// `path`'s weights each reads a token.
-pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
-    let mut f = std::fs::File::open(path).expect("the model file");
-    let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
+/// the model's weights each reads a token.
+pub fn stage_bytes(content: &gguf_file::Content) -> Vec<(&'static str, f64)> {
     let tied = !content.tensor_infos.contains_key("output.weight");
     let stage = |name: &str| match name {
         n if [
@@ -39,8 +36,7 @@ pub fn stage_bytes(path: &Path) -> Vec<(&'static str, f64)> {
     let mut bytes: Vec<(&'static str, f64)> = Vec::new();
     for (name, info) in &content.tensor_infos {
         let Some(s) = stage(name) else { continue };
-        let d = info.ggml_dtype;
-        let b = (info.shape.elem_count() / d.block_size() * d.type_size()) as f64;
+        let b = crate::tensor_bytes(info);
         match bytes.iter_mut().find(|(n, _)| *n == s) {
             Some((_, total)) => *total += b,
             None => bytes.push((s, b)),
@@ -93,11 +89,9 @@ pub fn print_stage_rates(
     );
 }
 
-/// The parallel regions of matmuls in one decode token of `path`'s model: q/k/v, o,
-/// gate/up and down in each layer, and the output head.
-pub fn regions(path: &Path) -> usize {
-    let mut f = std::fs::File::open(path).expect("the model file");
-    let content = gguf_file::Content::read(&mut f).expect("a GGUF file");
+/// The parallel regions of matmuls in one decode token of the model: q/k/v, o, gate/up
+/// and down in each layer, and the output head.
+pub fn regions(content: &gguf_file::Content) -> usize {
     let arch = content.metadata["general.architecture"]
         .to_string()
         .expect("an architecture")
@@ -112,8 +106,9 @@ pub fn regions(path: &Path) -> usize {
 
 /// `SLUICE_BENCH_REGIONS=1`: rounds of the read rate of a token's bytes in one stream
 /// ([`read::window_rate`]) beside the same bytes cut into the token's `regions`
-/// ([`read::regions_rate`]: plainly, asking 8 KB ahead, and asking for the next region's
-/// start at the end of each half; [`read::barrier_rate`]: as phases of one region), with
+/// ([`read::regions_rate`]: plainly, asking 8 KB ahead, and each thread asking for the
+/// start of its share of the next region; [`read::barrier_rate`]: as phases of one
+/// region), with
 /// the line crossing time that tells where the vCPUs are (stderr). What the region
 /// structure alone costs in each placement.
 pub fn cut_reads(buf: &[u64], regions: usize) {
