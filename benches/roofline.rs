@@ -34,7 +34,8 @@
 //! figures from one machine say nothing of another. `SLUICE_BENCH_REGIONS=1` adds, for
 //! each window, the rate at which each matmul stage streamed its weights
 //! (`roofline/split.rs`), and after each decode figure the read rate of a token's bytes
-//! cut into as many parallel regions as a decode token has, both on stderr.
+//! cut into as many parallel regions as a decode token has (four a layer and the head),
+//! and into three and two a layer, both on stderr.
 
 // Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
 #[path = "speed/peer.rs"]

@@ -108,9 +108,9 @@ pub fn regions(content: &gguf_file::Content) -> usize {
 /// ([`read::window_rate`]) beside the same bytes cut into the token's `regions`
 /// ([`read::regions_rate`]: plainly, asking 8 KB ahead, and each thread asking for the
 /// start of its share of the next region; [`read::barrier_rate`]: as phases of one
-/// region), with
-/// the line crossing time that tells where the vCPUs are (stderr). What the region
-/// structure alone costs in each placement.
+/// region) and, plainly, into three regions a layer and two, with the line crossing
+/// time that tells where the vCPUs are (stderr). What the region structure alone costs
+/// in each placement.
 pub fn cut_reads(buf: &[u64], regions: usize) {
     for _ in 0..8 {
         let cross = read::crossing_ns();
@@ -120,6 +120,18 @@ pub fn cut_reads(buf: &[u64], regions: usize) {
         let next = read::regions_rate(buf, regions, false, true);
         let both = read::regions_rate(buf, regions, true, true);
         let barrier = read::barrier_rate(buf, regions);
+        // Three a layer (as if the gated block were one region) and two (the fewest for a
+        // layer whose attention needs all of q, k and v, and whose gated block needs all
+        // of the attention's output): what fewer meetings could give back.
+        let fewer: Vec<String> = [3 * (regions - 1) / 4 + 1, (regions - 1) / 2 + 1]
+            .iter()
+            .map(|&n| {
+                format!(
+                    "{:.1} in {n}",
+                    read::regions_rate(buf, n, false, false) / 1e9
+                )
+            })
+            .collect();
         eprintln!(
             "read GB/s@crossing: {:.1}@{cross:.0}ns in one stream; in {regions} regions: \
              {:.1} plain, {:.1} 8 KB ahead, {:.1} asking for the next region's start, \
@@ -131,5 +143,6 @@ pub fn cut_reads(buf: &[u64], regions: usize) {
             both / 1e9,
             barrier / 1e9
         );
+        eprintln!("  the same, plain, in fewer regions: {}", fewer.join(", "));
     }
 }
