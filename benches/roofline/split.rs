@@ -121,8 +121,9 @@ pub fn cut_reads(buf: &[u64], regions: usize) {
         let both = read::regions_rate(buf, regions, true, true);
         let barrier = read::barrier_rate(buf, regions);
         // Three a layer (as if the gated block were one region) and two (the fewest for a
-        // layer whose attention needs all of q, k and v, and whose gated block needs all
-        // of the attention's output): what fewer meetings could give back.
+        // layer with two threads and no work done twice: its attention needs all of q, k
+        // and v, and its gated block all of the attention's output): what fewer meetings
+        // could give back.
         let fewer: Vec<String> = [3 * (regions - 1) / 4 + 1, (regions - 1) / 2 + 1]
             .iter()
             .map(|&n| {
