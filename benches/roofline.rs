@@ -106,8 +106,9 @@ fn main() {
             (Some(bin), t) => peer::requantised(bin, &default, t),
             (None, t) => panic!("{t} needs llama-quantize"),
         };
-        let bytes = token_bytes(&path, TOKENS);
-        let window_bytes = token_bytes(&path, WINDOW);
+        let content = gguf(&path);
+        let bytes = token_bytes(&content, TOKENS);
+        let window_bytes = token_bytes(&content, WINDOW);
         let label = match dtype {
             "file" => path
                 .file_name()
@@ -300,10 +301,9 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Bytes one decode token reads from `path`'s weights, plus keys and values at the mean
-/// position of a run of `tokens` (`tokens / 2` after one prompt token).
-fn token_bytes(path: &Path, tokens: usize) -> f64 {
-    let content = gguf(path);
+/// Bytes one decode token reads from the model's weights, plus keys and values at the
+/// mean position of a run of `tokens` (`tokens / 2` after one prompt token).
+fn token_bytes(content: &gguf_file::Content, tokens: usize) -> f64 {
     let tied = !content.tensor_infos.contains_key("output.weight");
     let mut bytes = 0.0;
     for (name, info) in &content.tensor_infos {
@@ -312,17 +312,7 @@ fn token_bytes(path: &Path, tokens: usize) -> f64 {
             _ => tensor_bytes(info),
         };
     }
-    let arch = content.metadata["general.architecture"]
-        .to_string()
-        .expect("an architecture")
-        .clone();
-    let u = |key: &str| {
-        content
-            .metadata
-            .get(&format!("{arch}.{key}"))
-            .and_then(|v| v.to_u32().ok())
-            .unwrap_or(0) as f64
-    };
+    let u = |key: &str| arch_u32(content, key).unwrap_or(0) as f64;
     let (layers, heads) = (u("block_count"), u("attention.head_count"));
     let kv_heads = match u("attention.head_count_kv") {
         0.0 => heads,
@@ -340,6 +330,17 @@ fn token_bytes(path: &Path, tokens: usize) -> f64 {
 fn gguf(path: &Path) -> gguf_file::Content {
     let mut f = std::fs::File::open(path).expect("the model file");
     gguf_file::Content::read(&mut f).expect("a GGUF file")
+}
+
+/// The model's `{architecture}.{key}` value, if the file has it as an integer.
+fn arch_u32(content: &gguf_file::Content, key: &str) -> Option<u32> {
+    let arch = content.metadata["general.architecture"]
+        .to_string()
+        .expect("an architecture");
+    content
+        .metadata
+        .get(&format!("{arch}.{key}"))
+        .and_then(|v| v.to_u32().ok())
 }
 
 /// Bytes of one tensor as the file stores it.
@@ -420,7 +421,8 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     };
     decode(8); // warm-up: buffers and pages touched outside the timed runs
     let ts = (0..REPS).map(|_| decode(TOKENS)).sum::<f64>() / REPS as f64;
-    let bytes = token_bytes(path, WINDOW);
+    let content = gguf(path);
+    let bytes = token_bytes(&content, WINDOW);
     let buf = read::ones(bytes as usize / 8);
     // The engine's step is over once its last event is out, but give it time to return
     // its compute threads: a read that found them busy would run on one thread and set
@@ -428,7 +430,6 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     let settle = Duration::from_millis(10);
     let split = std::env::var_os("SLUICE_BENCH_REGIONS").is_some();
     let (matrices, regions) = if split {
-        let content = gguf(path);
         (split::stage_bytes(&content), split::regions(&content))
     } else {
         (Vec::new(), 0)

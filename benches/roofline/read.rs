@@ -173,6 +173,12 @@ pub fn crossing_ns() -> f64 {
     })
 }
 
+/// Region `r` of `buf` cut into `regions` equal runs of words (the last one shorter).
+fn region(buf: &[u64], regions: usize, r: usize) -> &[u64] {
+    let per = buf.len().div_ceil(regions.max(1));
+    &buf[(r * per).min(buf.len())..((r + 1) * per).min(buf.len())]
+}
+
 /// The read rate, bytes/s, of [`WINDOW_PASSES`] passes over `buf` cut into `regions`
 /// parallel regions a pass, as a decode token's matmuls are (about four a layer), each of
 /// 5 equal tasks a compute thread (decode's shrink: `tasks.rs`), so that each thread
@@ -188,21 +194,19 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
     let tasks = 5 * threads;
     // The share that task `i` opens, if it is the first of one.
     let opens = |i: usize| (0..threads).find(|&k| k * tasks / threads == i);
-    let per = buf.len().div_ceil(regions.max(1));
-    let region = |r: usize| &buf[(r * per).min(buf.len())..((r + 1) * per).min(buf.len())];
     sluice_kernels::threads::for_each(tasks, |_| {});
     let start = Instant::now();
     let mut total = 0u64;
     for _ in 0..WINDOW_PASSES {
         for r in 0..regions {
-            let words = region(r);
+            let words = region(buf, regions, r);
             let size = words.len().div_ceil(tasks).max(1);
             let part = |w: &[u64], i: usize| -> std::ops::Range<usize> {
                 (i * size).min(w.len())..((i + 1) * size).min(w.len())
             };
             let sums = sluice_kernels::threads::map(tasks, |i| {
                 if let Some(k) = opens(i).filter(|_| next && r + 1 < regions) {
-                    let following = region(r + 1);
+                    let following = region(buf, regions, r + 1);
                     let first = part(following, k * tasks / threads);
                     let head = &following[first.start..first.end.min(first.start + 1024)];
                     sluice_kernels::prefetch(head);
@@ -224,7 +228,6 @@ pub fn regions_rate(buf: &[u64], regions: usize, ahead: bool, next: bool) -> f64
 pub fn barrier_rate(buf: &[u64], regions: usize) -> f64 {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     let t = sluice_kernels::threads::threads();
-    let per = buf.len().div_ceil(regions.max(1));
     let arrived = AtomicUsize::new(0);
     let total = AtomicU64::new(0);
     // The pool's helpers go to sleep after a while without work: let them, so that these
@@ -239,8 +242,7 @@ pub fn barrier_rate(buf: &[u64], regions: usize) -> f64 {
                 let mut phase = 0;
                 for _ in 0..WINDOW_PASSES {
                     for r in 0..regions {
-                        let lo = (r * per).min(buf.len());
-                        let words = &buf[lo..(lo + per).min(buf.len())];
+                        let words = region(buf, regions, r);
                         let share = words.len().div_ceil(t);
                         let a = (k * share).min(words.len());
                         sum = sum.wrapping_add(sum_words(

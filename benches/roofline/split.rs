@@ -92,15 +92,7 @@ pub fn print_stage_rates(
 /// The parallel regions of matmuls in one decode token of the model: q/k/v, o, gate/up
 /// and down in each layer, and the output head.
 pub fn regions(content: &gguf_file::Content) -> usize {
-    let arch = content.metadata["general.architecture"]
-        .to_string()
-        .expect("an architecture")
-        .clone();
-    let layers = content
-        .metadata
-        .get(&format!("{arch}.block_count"))
-        .and_then(|v| v.to_u32().ok())
-        .expect("the model's block count") as usize;
+    let layers = crate::arch_u32(content, "block_count").expect("the model's block count") as usize;
     4 * layers + 1
 }
 
