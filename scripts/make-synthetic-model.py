@@ -10,7 +10,7 @@ K-quant, so the roofline bench (`SLUICE_MODEL=OUT cargo bench --bench roofline`)
 the Q4_K, Q5_K and Q6_K kernels over a whole token. Its text is noise: it is for speed,
 never for answers.
 
-usage: scripts/make-synthetic-model SOURCE.gguf OUT.gguf
+usage: scripts/make-synthetic-model.py SOURCE.gguf OUT.gguf
    SOURCE gives the tokenizer (the default model: `scripts/fetch-model`); needs the
    `gguf` and `numpy` packages (the test venv has both: `scripts/venv`).
 """
