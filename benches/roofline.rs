@@ -11,7 +11,8 @@
 //!   right after each decode figure (the highest of the four is its roofline);
 //! - the bytes one decode token must read: every tensor of the file as stored (the output
 //!   head in full; of the token embeddings, one row unless they are the head), plus keys
-//!   and values (f16) at the mean position of the run;
+//!   and values (f16) at the mean position of the run; and the file's matrices by type,
+//!   as shares of their bytes (a copy named Q4_K_M may be mostly Q5_0);
 //! - sluice's decode tokens/s (128 tokens after a 1-token prompt, the mean of 5, as
 //!   llama-bench's tg128) at each kernel level the CPU has (`SLUICE_KERNEL`: each level in
 //!   a process of its own, since the level is fixed at first use);
@@ -38,6 +39,8 @@
 //! and into three and two a layer, both on stderr.
 
 // Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
+#[path = "roofline/file.rs"]
+mod file;
 #[path = "speed/peer.rs"]
 #[allow(dead_code)]
 mod peer;
@@ -51,7 +54,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::gguf_file;
 use sluice::engine::{EngineConfig, EngineHandle, Event, ValidRequest};
 use sluice_kernels::stages;
 
@@ -106,9 +108,9 @@ fn main() {
             (Some(bin), t) => peer::requantised(bin, &default, t),
             (None, t) => panic!("{t} needs llama-quantize"),
         };
-        let content = gguf(&path);
-        let bytes = token_bytes(&content, TOKENS);
-        let window_bytes = token_bytes(&content, WINDOW);
+        let content = file::gguf(&path);
+        let bytes = file::token_bytes(&content, TOKENS);
+        let window_bytes = file::token_bytes(&content, WINDOW);
         let label = match dtype {
             "file" => path
                 .file_name()
@@ -116,6 +118,10 @@ fn main() {
             t => t.to_string(),
         };
         println!("{label}: {:.1} MB read per decode token", bytes / 1e6);
+        println!(
+            "  its matrices by type, of their bytes: {}",
+            file::type_mix(&content)
+        );
         // A buffer of a token's reads: what decode itself streams, cached or not.
         let token_buf = read::ones(bytes as usize / 8);
         let window_buf = read::ones(window_bytes as usize / 8);
@@ -301,54 +307,6 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Bytes one decode token reads from the model's weights, plus keys and values at the
-/// mean position of a run of `tokens` (`tokens / 2` after one prompt token).
-fn token_bytes(content: &gguf_file::Content, tokens: usize) -> f64 {
-    let tied = !content.tensor_infos.contains_key("output.weight");
-    let mut bytes = 0.0;
-    for (name, info) in &content.tensor_infos {
-        bytes += match (name.as_str(), tied) {
-            ("token_embd.weight", false) => tensor_bytes(info) / info.shape.dims()[0] as f64,
-            _ => tensor_bytes(info),
-        };
-    }
-    let u = |key: &str| arch_u32(content, key).unwrap_or(0) as f64;
-    let (layers, heads) = (u("block_count"), u("attention.head_count"));
-    let kv_heads = match u("attention.head_count_kv") {
-        0.0 => heads,
-        n => n,
-    };
-    let head_dim = match u("attention.key_length") {
-        0.0 => u("embedding_length") / heads.max(1.0),
-        n => n,
-    };
-    let position = 1.0 + tokens as f64 / 2.0;
-    bytes + layers * kv_heads * head_dim * 2.0 * 2.0 * position
-}
-
-/// `path`'s GGUF header: metadata and tensor infos.
-fn gguf(path: &Path) -> gguf_file::Content {
-    let mut f = std::fs::File::open(path).expect("the model file");
-    gguf_file::Content::read(&mut f).expect("a GGUF file")
-}
-
-/// The model's `{architecture}.{key}` value, if the file has it as an integer.
-fn arch_u32(content: &gguf_file::Content, key: &str) -> Option<u32> {
-    let arch = content.metadata["general.architecture"]
-        .to_string()
-        .expect("an architecture");
-    content
-        .metadata
-        .get(&format!("{arch}.{key}"))
-        .and_then(|v| v.to_u32().ok())
-}
-
-/// Bytes of one tensor as the file stores it.
-fn tensor_bytes(info: &gguf_file::TensorInfo) -> f64 {
-    let d = info.ggml_dtype;
-    (info.shape.elem_count() / d.block_size() * d.type_size()) as f64
-}
-
 /// sluice's decode tokens/s on `path` at kernel level `level`, in a process of its own,
 /// and its paired windows.
 fn child(path: &Path, level: &str) -> (f64, Vec<(f64, f64, f64)>) {
@@ -421,8 +379,8 @@ fn sluice_decode(path: &Path) -> (f64, Vec<(f64, f64, f64)>) {
     };
     decode(8); // warm-up: buffers and pages touched outside the timed runs
     let ts = (0..REPS).map(|_| decode(TOKENS)).sum::<f64>() / REPS as f64;
-    let content = gguf(path);
-    let bytes = token_bytes(&content, WINDOW);
+    let content = file::gguf(path);
+    let bytes = file::token_bytes(&content, WINDOW);
     let buf = read::ones(bytes as usize / 8);
     // The engine's step is over once its last event is out, but give it time to return
     // its compute threads: a read that found them busy would run on one thread and set

@@ -36,7 +36,7 @@ pub fn stage_bytes(content: &gguf_file::Content) -> Vec<(&'static str, f64)> {
     let mut bytes: Vec<(&'static str, f64)> = Vec::new();
     for (name, info) in &content.tensor_infos {
         let Some(s) = stage(name) else { continue };
-        let b = crate::tensor_bytes(info);
+        let b = crate::file::tensor_bytes(info);
         match bytes.iter_mut().find(|(n, _)| *n == s) {
             Some((_, total)) => *total += b,
             None => bytes.push((s, b)),
@@ -92,7 +92,8 @@ pub fn print_stage_rates(
 /// The parallel regions of matmuls in one decode token of the model: q/k/v, o, gate/up
 /// and down in each layer, and the output head.
 pub fn regions(content: &gguf_file::Content) -> usize {
-    let layers = crate::arch_u32(content, "block_count").expect("the model's block count") as usize;
+    let layers =
+        crate::file::arch_u32(content, "block_count").expect("the model's block count") as usize;
     4 * layers + 1
 }
 
