@@ -26,7 +26,8 @@
 //! equal ones (`sluice_kernels::set_halving`); a field `w2048` sets the distance of 8-bit
 //! quants (Q8_0) apart, which is otherwise the CPU's default
 //! (`sluice_kernels::set_prefetch_whole_bytes`).
-//! `SLUICE_BENCH_AT=500` decodes those from position 500 instead of 64, after a prompt
+//! `SLUICE_BENCH_AT=500` decodes those (and `SLUICE_BENCH_STAGES`' tokens) from position
+//! 500 instead of 64, after a prompt
 //! that wrote every position before it.
 
 use sluice::engine::GgufFile;
@@ -41,7 +42,6 @@ fn main() {
     let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
     let s = m.shape().clone();
-    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, 1024);
     // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` decodes from (default 64).
     // A prompt writes every position before it, and before 64, where the other runs
     // start (keys and values never written would read the kernel's shared zero page,
@@ -50,7 +50,15 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64)
-        .clamp(1, 1000);
+        .clamp(1, 8000);
+    // Room for the prompt and every run after it (the stages' 144 tokens from `at`).
+    let mut kv = KvSlab::contiguous(
+        s.n_layers,
+        s.n_kv_heads,
+        s.head_dim,
+        1,
+        (at + 160).max(1024),
+    );
     let rows: Vec<TokenRow> = (0..at.max(64))
         .map(|p| TokenRow {
             token: 100 + p as u32,
@@ -63,7 +71,7 @@ fn main() {
         return compare_prefetch(&*m, &mut kv, &settings, at);
     }
     if std::env::var_os("SLUICE_BENCH_STAGES").is_some() {
-        return stages(&*m, &mut kv);
+        return stages(&*m, &mut kv, at);
     }
     for want in [true, false] {
         let t = Instant::now();
@@ -199,11 +207,11 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 }
 
 /// Where one decode token's time goes (`SLUICE_BENCH_STAGES=1`): 128 tokens at positions
-/// 64..192 of one slot, logits wanted, with `sluice_kernels::stages`' clock on; per stage
+/// `at..at + 128` of one slot (`SLUICE_BENCH_AT`, default 64), logits wanted, with `sluice_kernels::stages`' clock on; per stage
 /// its microseconds and calls a token and its share of the token. A token's serial work
 /// is every stage but the matmuls' (q, k, v; o; gate, up; down; output head), less the
 /// parallel regions inside them (attention of longer rows, a batch's row-wise passes).
-fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab) {
+fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, at: usize) {
     use sluice_kernels::stages;
     let mut logits = Vec::new();
     let mut token = |pos: usize, logits: &mut Vec<f32>| {
@@ -214,14 +222,17 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab) {
         };
         m.forward_into(kv, &[row], &[0], logits);
     };
-    (64..80).for_each(|p| token(p, &mut logits));
+    (at..at + 16).for_each(|p| token(p, &mut logits));
     stages::set_on(true);
     stages::take();
     let start = Instant::now();
-    (64..192).for_each(|p| token(p, &mut logits));
+    (at..at + 128).for_each(|p| token(p, &mut logits));
     let total = start.elapsed().as_secs_f64() * 1e6 / 128.0;
     stages::set_on(false);
-    println!("one decode token at positions 64..192: {total:.1} µs");
+    println!(
+        "one decode token at positions {at}..{}: {total:.1} µs",
+        at + 128
+    );
     println!("| stage | µs/token | calls/token | of the token |");
     println!("|---|---:|---:|---:|");
     let (regions, staged): (Vec<_>, Vec<_>) = stages::take()
