@@ -27,8 +27,7 @@
 //! quants (Q8_0) apart, which is otherwise the CPU's default
 //! (`sluice_kernels::set_prefetch_whole_bytes`).
 //! `SLUICE_BENCH_AT=500` decodes those (and `SLUICE_BENCH_STAGES`' tokens) from position
-//! 500 instead of 64, after a prompt
-//! that wrote every position before it.
+//! 500 instead of 64 (up to 8,000), after a prompt that wrote every position before it.
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -42,7 +41,8 @@ fn main() {
     let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
     let s = m.shape().clone();
-    // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` decodes from (default 64).
+    // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` and `SLUICE_BENCH_STAGES`
+    // decode from (default 64).
     // A prompt writes every position before it, and before 64, where the other runs
     // start (keys and values never written would read the kernel's shared zero page,
     // which never leaves the cache).
@@ -51,7 +51,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(64)
         .clamp(1, 8000);
-    // Room for the prompt and every run after it (the stages' 144 tokens from `at`).
+    // Room for the prompt and every run after it (the stages' positions `at..at + 128`).
     let mut kv = KvSlab::contiguous(
         s.n_layers,
         s.n_kv_heads,
@@ -207,10 +207,11 @@ fn verification(m: &dyn sluice::engine::testing::Model, s: &sluice::engine::test
 }
 
 /// Where one decode token's time goes (`SLUICE_BENCH_STAGES=1`): 128 tokens at positions
-/// `at..at + 128` of one slot (`SLUICE_BENCH_AT`, default 64), logits wanted, with `sluice_kernels::stages`' clock on; per stage
-/// its microseconds and calls a token and its share of the token. A token's serial work
-/// is every stage but the matmuls' (q, k, v; o; gate, up; down; output head), less the
-/// parallel regions inside them (attention of longer rows, a batch's row-wise passes).
+/// `at..at + 128` of one slot (`SLUICE_BENCH_AT`, default 64), logits wanted, with
+/// `sluice_kernels::stages`' clock on; per stage its microseconds and calls a token and
+/// its share of the token. A token's serial work is every stage but the matmuls' (q, k, v;
+/// o; gate, up; down; output head), less the parallel regions inside them (attention of
+/// longer rows, a batch's row-wise passes).
 fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, at: usize) {
     use sluice_kernels::stages;
     let mut logits = Vec::new();

@@ -444,5 +444,10 @@ fn llama_decode(bin: &Path, path: &Path, threads: usize, tokens: usize, reps: us
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    // An even count (36 windows): the mean of the two middle values.
+    match n % 2 {
+        0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        _ => v[n / 2],
+    }
 }
