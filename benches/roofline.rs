@@ -38,9 +38,9 @@
 //! cut into as many parallel regions as a decode token has (four a layer and the head),
 //! and into three and two a layer, both on stderr.
 
-// Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
 #[path = "roofline/file.rs"]
 mod file;
+// Its `bin_dir` and `requantised` (the rest serves `benches/speed.rs`).
 #[path = "speed/peer.rs"]
 #[allow(dead_code)]
 mod peer;
