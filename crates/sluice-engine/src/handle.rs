@@ -173,10 +173,10 @@ impl EngineHandle {
             shared: self.shared.clone(),
         };
         let cmd = Command::Submit(Box::new(Queued {
+            permit,
             req,
             tx,
             submitted: Instant::now(),
-            _permit: permit,
         }));
         match self.tx.try_send(cmd) {
             Ok(()) => Ok(rx),

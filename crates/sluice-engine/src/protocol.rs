@@ -23,11 +23,13 @@ pub(crate) enum Command {
 
 /// A request between submission and admission.
 pub(crate) struct Queued {
+    /// Holds the request's place in the queue counters until admission or drop. Declared
+    /// before `tx`, so a dropped request gives its place back before it stops counting in
+    /// flight: whoever `idle()` wakes finds the queue's budget whole.
+    pub permit: QueuePermit,
     pub req: ValidRequest,
     pub tx: EventSender,
     pub submitted: Instant,
-    /// Holds the request's place in the queue counters until admission or drop.
-    pub _permit: QueuePermit,
 }
 
 /// State shared between the handle and the worker.

@@ -297,8 +297,15 @@ impl Worker {
             m.constrained.with_label_values(&[c.kind]).inc();
         }
         let beam = q.req.beam;
-        // The queue permit drops here: the request no longer waits.
-        let mut s = Sequence::new(q.req, q.tx, lease, q.submitted, reused);
+        let Queued {
+            permit,
+            req,
+            tx,
+            submitted,
+        } = q;
+        // The request no longer waits: its place in the queue is free.
+        drop(permit);
+        let mut s = Sequence::new(req, tx, lease, submitted, reused);
         if let Some(spec) = beam {
             // The other beams' slots: the lowest free ones, their tables empty until the
             // search forks them.
