@@ -261,14 +261,14 @@ fn attention_table() {
     use sluice_kernels::{Attn, attend_group, noise};
     println!("| attention (hd x heads) | positions | us/call | GMAC/s |");
     println!("|---|---:|---:|---:|");
-    let stride = 1024;
+    let stride = 8192;
     let halves = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
     for (hd, g) in [(64usize, 3usize), (256, 4)] {
         let q = noise(g * hd, 1);
         let keys = halves(noise(hd * stride, 2));
         let values = halves(noise(stride * hd, 3));
         let table: Vec<u32> = (0..(stride / 16) as u32).collect();
-        for len in [300usize, 1000] {
+        for len in [300usize, 1000, 4000, 8000] {
             let a = Attn {
                 q: &q,
                 hd,

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice::engine::testing::set_attention_split_below;
 use sluice::engine::{EngineConfig, EngineHandle, Event, FinishReason, SubmitError, ValidRequest};
 use sluice::tokenizer::Tokenizer;
 
@@ -377,5 +378,58 @@ async fn beam_search_of_width_one_is_greedy() {
             assert!(w[0].score >= w[1].score);
             assert_ne!(w[0].tokens, w[1].tokens);
         }
+    }
+}
+
+/// Rows past 1,024 positions are cut into parts (docs/ARCHITECTURE.md, "Kernels"). Alone,
+/// a long sequence's decode rows have their parts shared out between the threads (forced
+/// here: by default only where a layer has fewer (row, KV head) items than threads);
+/// beside others, with the sharing off, each row runs whole on one thread; a prompt
+/// reaching past the cut crosses it in tiles. Neither the tokens nor the bits of their
+/// log-probabilities may change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_sequence_gives_the_same_tokens_alone_and_beside_others() {
+    let (eng, tok) = engine(4, 1536);
+    let mut reqs = vec![
+        // Decodes across the cut at 1,024.
+        ValidRequest::greedy(prompt_of(&tok, 1000, 7), 48),
+        // Its prompt crosses the cut.
+        ValidRequest::greedy(prompt_of(&tok, 1100, 8), 16),
+        ValidRequest::greedy(prompt_of(&tok, 40, 9), 48),
+        ValidRequest::greedy(prompt_of(&tok, 300, 10), 48),
+    ];
+    for r in &mut reqs {
+        r.stop_ids.clear();
+        r.logprobs = Some(0);
+    }
+    // Each token's id and the bits of its log-probability.
+    async fn bits(mut rx: sluice::engine::EventStream) -> Vec<(u32, u32)> {
+        let mut got = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                Event::Token(t) => got.push((t.id, t.logprob.expect("asked for").to_bits())),
+                Event::Done(_) => return got,
+                Event::Error(e) => panic!("engine error: {e}"),
+                Event::Prompt(_) | Event::Beams(_) => panic!("not asked for"),
+            }
+        }
+        panic!("stream ended without Done");
+    }
+    // (Other tests in this binary see the setting too: no number depends on it.)
+    set_attention_split_below(64);
+    let mut solo = Vec::new();
+    for r in &reqs {
+        solo.push(bits(eng.submit(r.clone()).unwrap()).await);
+    }
+    set_attention_split_below(1);
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| eng.submit(r.clone()).unwrap())
+        .collect();
+    let together = futures::future::join_all(streams.into_iter().map(bits)).await;
+    set_attention_split_below(0);
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(a.len(), reqs[i].max_tokens, "request {i} ran to its budget");
+        assert_eq!(a, b, "request {i} differs beside the others");
     }
 }

@@ -5,5 +5,5 @@
 pub use crate::failpoint::TRIGGER;
 pub use crate::kv::{KvSlab, TokenRow};
 pub use crate::model::load as load_model;
-pub use crate::model::{Model, Shape};
+pub use crate::model::{Model, Shape, set_split_below as set_attention_split_below};
 pub use crate::sampling::{History, sample, scores};

@@ -43,10 +43,10 @@ mod x86;
 pub use activation::{gelu_mul, silu_mul};
 pub use ahead::{prefetch, set_fetch_ahead};
 pub use alloc::{CountingAlloc, return_freed_memory};
-pub use attention::{attend_group, attend_rows, rows_per_tile};
+pub use attention::{attend_group, attend_parts, attend_rows, merge_parts, rows_per_tile};
 pub use layout::{
-    ABLOCK, Attn, Huge, KEY_BLOCK, PackedMatrix, Part, Prefetch, QuantActs, Zero, key_index,
-    set_gfni, set_prefetch, set_prefetch_whole_bytes, set_specialised,
+    ABLOCK, ATTN_PART, Attn, Huge, KEY_BLOCK, PackedMatrix, Part, PartStat, Prefetch, QuantActs,
+    Zero, key_index, set_gfni, set_prefetch, set_prefetch_whole_bytes, set_specialised,
 };
 pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;

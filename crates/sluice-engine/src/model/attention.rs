@@ -3,8 +3,12 @@
 //! block table (optional sliding window and logit soft-capping, any head size), and the
 //! output projection.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use sluice_kernels::stages::stage;
-use sluice_kernels::{Attn, Input, QLinear, attend_rows, rows_per_tile};
+use sluice_kernels::{
+    Attn, Input, PartStat, QLinear, attend_parts, attend_rows, merge_parts, rows_per_tile,
+};
 
 use super::TokenRow;
 use super::blocks::{RmsNorm, Rope, rows_per_task};
@@ -15,6 +19,16 @@ use crate::kv::KvSlab;
 /// shortest rows stay serial; 256 rather than 2,048 made a single SmolLM2 stream's decode
 /// step 4–6% faster at positions 64..256 (benches/forward).
 const SERIAL_WORK: usize = 256;
+
+/// A layer whose (row, KV head) items are fewer than this shares a long decode row's parts
+/// out between the threads (0: the thread count). No number depends on it; the tests set
+/// it to take both ways through the same requests.
+static SPLIT_BELOW: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets `SPLIT_BELOW` (0: the thread count, the default).
+pub fn set_split_below(items: usize) {
+    SPLIT_BELOW.store(items, Ordering::Relaxed);
+}
 
 /// A compute thread's attention buffers, kept from call to call: the scores, and a tile
 /// of prompt rows' outputs.
@@ -201,9 +215,51 @@ impl Attention {
             .rev()
             .flat_map(|&(i, t)| (0..kv_heads).map(move |kvh| (i, t, kvh)))
             .collect();
+        let attn = |i: usize, kvh: usize| {
+            let r = rows[i];
+            let len = r.pos + 1;
+            kv.read(layer, r.slot, kvh, len).attn(
+                &q[(i * heads + kvh * group) * hd..][..group * hd],
+                hd,
+                len,
+                scale,
+                self.options.window,
+                self.options.softcap,
+            )
+        };
+        // Fewer items than threads (one sequence's decode row over fewer KV heads than
+        // threads: Gemma 3 has one): a long row's parts (`ATTN_PART`) are shared out in
+        // runs of consecutive parts, at least one item per thread in all, each run
+        // streaming one stretch of the row in one pass; the runs' outputs are merged
+        // after the region. The bits are those of the row whole, however the runs fall.
+        // With at least as many items as threads, splitting gained nothing on the 2-vCPU
+        // AMD EPYC VM (SmolLM2's three KV heads on two threads, docs/ARCHITECTURE.md).
+        let threads = sluice_kernels::threads::threads();
+        let below = match SPLIT_BELOW.load(Ordering::Relaxed) {
+            0 => threads,
+            n => n,
+        };
+        let split = items.len() < below;
+        let runs_of = |(i0, t, kvh): (usize, usize, usize)| {
+            let parts = attn(i0, kvh).parts();
+            let n = parts.len();
+            if !split || t != 1 || n < 2 {
+                return (parts, 1);
+            }
+            (parts, below.div_ceil(items.len()).min(n))
+        };
+        let cut: usize = items
+            .iter()
+            .map(|&it| runs_of(it))
+            .filter(|(_, k)| *k > 1)
+            .map(|(parts, _)| parts.len())
+            .sum();
+        let mut part_out = vec![0f32; cut * group * hd];
+        let mut part_stats = vec![PartStat::default(); cut * group];
+        let (mut outs_left, mut stats_left) = (&mut part_out[..], &mut part_stats[..]);
         // Each (row, KV head) has its own `group * hd` run of `out`, and each item's
         // rows are its own: an item takes its runs along (`runs[k]` is row `i0 + k`'s) and
-        // writes them in place.
+        // writes them in place, or its parts write theirs and the merge its run.
         let mut free: Vec<Option<&mut [f32]>> = out.chunks_mut(group * hd).map(Some).collect();
         let mut taken: Vec<&mut [f32]> = Vec::with_capacity(free.len());
         for &(i0, t, kvh) in &items {
@@ -211,32 +267,55 @@ impl Attention {
             taken.extend(runs.map(|r| r.expect("one item per (row, KV head)")));
         }
         let mut rest = &mut taken[..];
-        let mut jobs = Vec::with_capacity(items.len());
+        let mut jobs = Vec::with_capacity(items.len() + 2 * threads);
+        let mut merges = Vec::new();
+        let mut first = 0;
         for &item in &items {
             let (runs, tail) = std::mem::take(&mut rest).split_at_mut(item.1);
             rest = tail;
-            jobs.push((item, runs));
+            let (parts, k) = runs_of(item);
+            if k <= 1 {
+                jobs.push(Job::Rows(item, runs));
+                continue;
+            }
+            merges.push((runs, first, parts.len()));
+            first += parts.len();
+            // k runs of consecutive parts, the first ones a part longer.
+            let mut c = parts.start;
+            for j in 0..k {
+                let n = parts.len() / k + usize::from(j < parts.len() % k);
+                let (o, o_rest) = std::mem::take(&mut outs_left).split_at_mut(n * group * hd);
+                let (st, st_rest) = std::mem::take(&mut stats_left).split_at_mut(n * group);
+                (outs_left, stats_left) = (o_rest, st_rest);
+                jobs.push(Job::Parts {
+                    row: item.0,
+                    kvh: item.2,
+                    parts: c..c + n,
+                    out: o,
+                    stats: st,
+                });
+                c += n;
+            }
         }
-        let one = |scratch: &mut Scratch,
-                   (i0, t, kvh): (usize, usize, usize),
-                   runs: &mut [&mut [f32]]| {
-            let attn = |i: usize| {
-                let r = rows[i];
-                let len = r.pos + 1;
-                kv.read(layer, r.slot, kvh, len).attn(
-                    &q[(i * heads + kvh * group) * hd..][..group * hd],
-                    hd,
-                    len,
-                    scale,
-                    self.options.window,
-                    self.options.softcap,
-                )
+        let one = |scratch: &mut Scratch, job: &mut Job| {
+            let ((i0, t, kvh), runs) = match job {
+                Job::Rows(item, runs) => (*item, runs),
+                Job::Parts {
+                    row,
+                    kvh,
+                    parts,
+                    out,
+                    stats,
+                } => {
+                    let a = attn(*row, *kvh);
+                    return attend_parts(&a, parts.clone(), &mut scratch.scores, out, stats);
+                }
             };
             if t == 1 {
-                attend_rows(&[attn(i0)], &mut scratch.scores, runs[0]);
+                attend_rows(&[attn(i0, kvh)], &mut scratch.scores, runs[0]);
                 return;
             }
-            let tile: Vec<Attn> = (i0..i0 + t).map(attn).collect();
+            let tile: Vec<Attn> = (i0..i0 + t).map(|i| attn(i, kvh)).collect();
             scratch.tile.resize(t * group * hd, 0.0);
             attend_rows(&tile, &mut scratch.scores, &mut scratch.tile);
             for (run, o) in runs.iter_mut().zip(scratch.tile.chunks_exact(group * hd)) {
@@ -248,14 +327,35 @@ impl Attention {
         let work: usize = rows.iter().map(|r| r.pos + 1).sum::<usize>() * kv_heads;
         if work < SERIAL_WORK {
             SCRATCH.with_borrow_mut(|scratch| {
-                for (item, runs) in &mut jobs {
-                    one(scratch, *item, runs);
+                for job in &mut jobs {
+                    one(scratch, job);
                 }
             });
         } else {
-            sluice_kernels::threads::for_each_item(&mut jobs, |_, (item, runs)| {
-                SCRATCH.with_borrow_mut(|scratch| one(scratch, *item, runs))
+            sluice_kernels::threads::for_each_item(&mut jobs, |_, job| {
+                SCRATCH.with_borrow_mut(|scratch| one(scratch, job))
             });
         }
+        drop(jobs);
+        let per = group * hd;
+        for (runs, first, n) in merges {
+            let stats = &part_stats[first * group..][..n * group];
+            merge_parts(n, stats, &part_out[first * per..][..n * per], runs[0]);
+        }
     }
+}
+
+/// A piece of a layer's attention for one thread: a tile of rows against one KV head
+/// (`(first row, rows, KV head)`, with the rows' runs of the output), or a run of
+/// consecutive parts of a long decode row (their outputs and stats, merged after the
+/// region).
+enum Job<'o, 'r, 'p> {
+    Rows((usize, usize, usize), &'r mut [&'o mut [f32]]),
+    Parts {
+        row: usize,
+        kvh: usize,
+        parts: std::ops::Range<usize>,
+        out: &'p mut [f32],
+        stats: &'p mut [PartStat],
+    },
 }

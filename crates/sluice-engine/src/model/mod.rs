@@ -20,6 +20,7 @@ pub(crate) mod tensors;
 
 use std::sync::OnceLock;
 
+pub use attention::set_split_below;
 pub use decoder::Decoder;
 
 use crate::error::ModelError;

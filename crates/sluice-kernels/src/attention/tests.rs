@@ -5,7 +5,7 @@
 use half::f16;
 
 use super::*;
-use crate::layout::{KEY_BLOCK, key_index};
+use crate::layout::{ATTN_PART, KEY_BLOCK, PartStat, key_index};
 use crate::simd::noise;
 
 fn halves(v: Vec<f32>) -> Vec<f16> {
@@ -17,37 +17,39 @@ fn identity(positions: usize) -> Vec<u32> {
     (0..positions.div_ceil(KEY_BLOCK) as u32).collect()
 }
 
-/// `attend_group` at `level`: the kernel that level runs for `a`.
+/// `attend_group`'s kernel at `level` for `a` as given (no cut).
 fn group_at(level: Simd, a: &Attn, out: &mut [f32]) {
     let scores = &mut Vec::new();
+    let stats = &mut vec![PartStat::default(); a.q.len() / a.hd];
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the level tests run only levels the CPU has.
         Simd::Avx512 if a.hd.is_multiple_of(16) && a.plain() => unsafe {
-            crate::x86::avx512::attend(a, scores, out)
+            crate::x86::avx512::attend(a, scores, out, stats)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, out) },
-        _ => attend_body(a, scores, out, |x, y, acc| x * y + acc),
+        Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, out, stats) },
+        _ => attend_body(a, scores, out, stats, |x, y, acc| x * y + acc),
     }
 }
 
-/// `attend_rows` at `level`: that level's tile kernel where it takes the tile, else each
-/// row alone.
+/// `attend_rows`'s kernel at `level`: that level's tile kernel where it takes the tile,
+/// else each row alone (no cut).
 fn rows_at(level: Simd, tile: &[Attn], out: &mut [f32]) {
     let (hd, per) = (tile[0].hd, out.len() / tile.len());
+    let stats = &mut vec![PartStat::default(); out.len() / hd];
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the level tests run only levels the CPU has.
         Simd::Avx512
             if hd.is_multiple_of(16) && out.len() / hd <= crate::x86::avx512::rows::QUERIES =>
-        unsafe { crate::x86::avx512::rows::attend_rows(tile, &mut Vec::new(), out) },
+        unsafe { crate::x86::avx512::rows::attend_rows(tile, &mut Vec::new(), out, stats) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         Simd::Avx2 | Simd::Avx512
             if hd.is_multiple_of(8) && out.len() / hd <= crate::x86::avx2::rows::QUERIES =>
-        unsafe { crate::x86::avx2::rows::attend_rows(tile, &mut Vec::new(), out) },
+        unsafe { crate::x86::avx2::rows::attend_rows(tile, &mut Vec::new(), out, stats) },
         _ => {
             for (a, o) in tile.iter().zip(out.chunks_mut(per)) {
                 group_at(level, a, o);
@@ -137,6 +139,10 @@ fn a_tile_of_rows_equals_each_row_alone() {
         (32, 2, 30, Some(7), Some(5.0)),
         (40, 2, 19, None, None),
         (48, 3, 40, None, None),
+        // Tiles that reach across a cut between parts (`ATTN_PART`).
+        (64, 3, ATTN_PART - 3, None, None),
+        (64, 1, 2 * ATTN_PART - 7, Some(ATTN_PART + 100), None),
+        (32, 2, ATTN_PART - 2, Some(300), Some(5.0)),
     ] {
         let rows = rows_per_tile(g).max(2);
         let stride = (first_end + rows).next_multiple_of(16) + 16;
@@ -165,14 +171,23 @@ fn a_tile_of_rows_equals_each_row_alone() {
             let mut got = vec![f32::NAN; n * g * hd];
             attend_rows(&tile[..n], &mut Vec::new(), &mut got);
             // The AVX2 kernel too where the AVX-512 one takes the tiles.
+            // (Its kernel alone takes no cut: only tiles inside one part.)
             #[cfg(target_arch = "x86_64")]
             let avx2 = (Simd::current() == Simd::Avx512
-                && n * g <= crate::x86::avx2::rows::QUERIES)
+                && n * g <= crate::x86::avx2::rows::QUERIES
+                && tile[..n].iter().all(|a| a.parts() == tile[0].parts())
+                && tile[0].parts().len() == 1)
                 .then(|| {
                     let mut got = vec![f32::NAN; n * g * hd];
+                    let stats = &mut vec![PartStat::default(); n * g];
                     // SAFETY: the CPU has AVX-512, hence AVX2, FMA and F16C.
                     unsafe {
-                        crate::x86::avx2::rows::attend_rows(&tile[..n], &mut Vec::new(), &mut got)
+                        crate::x86::avx2::rows::attend_rows(
+                            &tile[..n],
+                            &mut Vec::new(),
+                            &mut got,
+                            stats,
+                        )
                     };
                     got
                 });
@@ -479,3 +494,5 @@ fn a_block_outside_the_pools_is_refused(level: Simd) {
     assert!(refused(table, size - 1, all));
     assert!(refused(table, stride, last * stride + size - 1));
 }
+
+mod parts;

@@ -20,12 +20,30 @@ pub fn key_index(hd: usize, d: usize, p: usize) -> usize {
     (p / KEY_BLOCK * hd + d) * KEY_BLOCK + p % KEY_BLOCK
 }
 
+/// Positions of one part of a long row. A row's positions are cut at the multiples of
+/// `ATTN_PART` (absolute positions, so consecutive rows of a tile share the cuts): each part
+/// takes its own softmax and weighted sum, and the parts are merged by their maxima and
+/// sums (`attention::merge_parts`). A row within one part is computed as if there were
+/// no cut. The cuts depend on the row's positions alone, never on its batch or on how
+/// the parts are shared out, so a row gets the same bits everywhere; the parts of a
+/// long decode row can run on different threads.
+pub const ATTN_PART: usize = 1024;
+
+/// The softmax of one part of a row, for one query head: its largest scaled score and the
+/// sum of `exp(score - max)` over the part's positions.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PartStat {
+    pub max: f32,
+    pub sum: f32,
+}
+
 /// The inputs of `attend_group`.
 ///
 /// A sequence's positions live in blocks of `KEY_BLOCK`: positions `16b..16b + 16` are in
 /// pool block `table[b]`, at `table[b] * block_stride` in both `keys` and `values`. With
 /// `table = [0, 1, 2, ...]` and `block_stride = hd * 16` the layout is contiguous: keys
 /// `[blocks][hd][16]` and values `[position][hd]`.
+#[derive(Clone, Copy)]
 pub struct Attn<'a> {
     /// The group's query heads, `g x hd`.
     pub q: &'a [f32],
@@ -53,10 +71,35 @@ pub struct Attn<'a> {
     pub softcap: Option<f32>,
 }
 
-impl Attn<'_> {
-    /// Whether no option is in use (the case the AVX-512 kernel covers).
+impl<'a> Attn<'a> {
+    /// Whether no soft-cap is in use (the case the AVX-512 kernel covers).
     pub(crate) fn plain(&self) -> bool {
-        self.start == 0 && self.softcap.is_none()
+        self.softcap.is_none()
+    }
+
+    /// The parts (`ATTN_PART`) that positions `start..len` touch, by index.
+    pub fn parts(&self) -> Range<usize> {
+        if self.start >= self.len {
+            return 0..0;
+        }
+        self.start / ATTN_PART..self.len.div_ceil(ATTN_PART)
+    }
+
+    /// The row restricted to part `c`'s positions, or `None` if it has none there.
+    pub fn part(&self, c: usize) -> Option<Attn<'a>> {
+        self.run(c..c + 1)
+    }
+
+    /// The row restricted to the positions of parts `parts` (consecutive), or `None` if it
+    /// has none there: its own parts are then `parts` (where the row has them).
+    pub fn run(&self, parts: Range<usize>) -> Option<Attn<'a>> {
+        let start = self.start.max(parts.start * ATTN_PART);
+        let len = self.len.min(parts.end * ATTN_PART);
+        (start < len).then_some(Attn {
+            start,
+            len,
+            ..*self
+        })
     }
 
     /// Where the block holding positions `16b..16b + 16` starts, in `keys` and in

@@ -11,7 +11,7 @@ mod prefetch;
 pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
-pub use attn::{Attn, KEY_BLOCK, key_index};
+pub use attn::{ATTN_PART, Attn, KEY_BLOCK, PartStat, key_index};
 pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits};
 pub(crate) use matrix::{
     PF_ANY, PF_L2, PF_OFF, SC_ANY, SC_FACTORED, SC_HALF, gfni, prefetch_case, scale_case,

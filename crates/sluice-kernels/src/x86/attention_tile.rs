@@ -4,7 +4,7 @@
 //! the positions each query takes. Plain code, inlined into each kernel (and so compiled
 //! with its features).
 
-use crate::layout::Attn;
+use crate::layout::{Attn, PartStat};
 use crate::plain::softmax_unnormalised;
 
 /// A tile of consecutive rows of one slot, `g` heads each: query `j` is row `j / g`, head
@@ -90,9 +90,16 @@ impl<'t, 'a> Tile<'t, 'a> {
 
     /// Soft-caps and exponentiates each query's own positions in `scores` (query `j`'s
     /// scores at `[j * lp..]`, from position `p0`), as `attend_group` does for its row;
-    /// returns each query's 1 / sum.
+    /// returns each query's 1 / sum, and puts its max and sum in `stats` (`nq` of them).
     #[inline(always)]
-    pub fn softmax<const Q: usize>(&self, scores: &mut [f32], lp: usize, p0: usize) -> [f32; Q] {
+    pub fn softmax<const Q: usize>(
+        &self,
+        scores: &mut [f32],
+        lp: usize,
+        p0: usize,
+        stats: &mut [PartStat],
+    ) -> [f32; Q] {
+        assert!(stats.len() >= self.nq, "attention tile shapes");
         let mut inv = [0f32; Q];
         for (j, inv) in inv.iter_mut().enumerate().take(self.nq) {
             let (start, end) = self.range(j);
@@ -102,7 +109,8 @@ impl<'t, 'a> Tile<'t, 'a> {
                     *x = cap * (*x / cap).tanh();
                 }
             }
-            *inv = softmax_unnormalised(s);
+            stats[j] = softmax_unnormalised(s);
+            *inv = 1.0 / stats[j].sum;
         }
         inv
     }

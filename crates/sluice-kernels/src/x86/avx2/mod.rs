@@ -11,7 +11,7 @@ mod scales;
 
 use std::arch::x86_64::*;
 
-use crate::layout::{Attn, KEY_BLOCK, block_runs};
+use crate::layout::{Attn, KEY_BLOCK, PartStat, block_runs};
 
 /// Prefetches the f16 values (or keys) `vp[lo..hi]` into L1, a cache line (32 halves) at a
 /// time.
@@ -49,15 +49,24 @@ pub(crate) unsafe fn prefetch_ahead(q: *const u8, len: usize, ahead: usize, hint
 /// 16-wide column strips. A block at a time: one table lookup per 16 positions. The sums
 /// run in the order of `plain::attend_body`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+pub(crate) unsafe fn attend(
+    a: &Attn,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [PartStat],
+) {
     const H: usize = 4;
     let hd = a.hd;
     let g = a.q.len() / hd;
     let (start, end) = (a.start, a.len);
     if !hd.is_multiple_of(8) {
-        return crate::plain::attend_body(a, scores, out, f32::mul_add);
+        return crate::plain::attend_body(a, scores, out, stats, f32::mul_add);
     }
-    assert!(start < end && out.len() == g * hd, "attention shapes");
+    let parts = a.parts().len();
+    assert!(
+        start < end && out.len() == parts * g * hd && stats.len() == parts * g,
+        "attention shapes"
+    );
     // Every block of positions start..end is inside both pools: whole blocks may be read.
     a.check_blocks(start, end);
     // Score columns cover positions p0..p1: 8-aligned, inside the blocks of start..end.
@@ -121,33 +130,43 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
                 }
             }
         }
-        let mut inv = [0f32; H];
-        for (h, inv) in inv.iter_mut().enumerate().take(gh) {
-            let s = &mut scores[(h0 + h) * lp + s0..(h0 + h) * lp + s0 + len];
-            if let Some(cap) = a.softcap {
+        if let Some(cap) = a.softcap {
+            for h in 0..gh {
+                let s = &mut scores[(h0 + h) * lp + s0..(h0 + h) * lp + s0 + len];
                 for x in s.iter_mut() {
                     *x = cap * (*x / cap).tanh();
                 }
             }
-            *inv = crate::plain::softmax_unnormalised(s);
         }
-        for c0 in (0..hd).step_by(16) {
-            let strips = ((hd - c0) / 8).min(2);
-            // SAFETY: `check_blocks` saw the blocks of start..end inside `values`;
-            // columns c0 + 8i < hd; row h0 + h < g.next_multiple_of(H) of `scores` has lp
-            // weights from p0.
-            unsafe {
-                let w = scores.as_ptr().add(h0 * lp).wrapping_sub(p0);
-                // One or two vectors of columns, fixed in each loop.
-                let acc = if strips == 2 {
-                    weigh_values::<H, 2>(a, w, lp, c0)
-                } else {
-                    weigh_values::<H, 1>(a, w, lp, c0).map(|[x]| [x, x])
-                };
-                for (h, acc) in acc.iter().enumerate().take(gh) {
-                    for (i, acc) in acc.iter().enumerate().take(strips) {
-                        let o = out.as_mut_ptr().add((h0 + h) * hd + c0 + 8 * i);
-                        _mm256_storeu_ps(o, _mm256_mul_ps(*acc, _mm256_set1_ps(inv[h])));
+        // Each part (`ATTN_PART`) its own softmax and weighted sum, into its own output.
+        for (i, c) in a.parts().enumerate() {
+            let part = a.part(c).expect("a part of the row");
+            let (out, stats) = (&mut out[i * g * hd..][..g * hd], &mut stats[i * g..][..g]);
+            let mut inv = [0f32; H];
+            for (h, inv) in inv.iter_mut().enumerate().take(gh) {
+                let row = (h0 + h) * lp;
+                let s = &mut scores[row + part.start - p0..row + part.len - p0];
+                stats[h0 + h] = crate::plain::softmax_unnormalised(s);
+                *inv = 1.0 / stats[h0 + h].sum;
+            }
+            for c0 in (0..hd).step_by(16) {
+                let strips = ((hd - c0) / 8).min(2);
+                // SAFETY: `check_blocks` saw the blocks of start..end, which hold the
+                // part's, inside `values`; columns c0 + 8i < hd; row h0 + h <
+                // g.next_multiple_of(H) of `scores` has lp weights from p0.
+                unsafe {
+                    let w = scores.as_ptr().add(h0 * lp).wrapping_sub(p0);
+                    // One or two vectors of columns, fixed in each loop.
+                    let acc = if strips == 2 {
+                        weigh_values::<H, 2>(&part, w, lp, c0)
+                    } else {
+                        weigh_values::<H, 1>(&part, w, lp, c0).map(|[x]| [x, x])
+                    };
+                    for (h, acc) in acc.iter().enumerate().take(gh) {
+                        for (i, acc) in acc.iter().enumerate().take(strips) {
+                            let o = out.as_mut_ptr().add((h0 + h) * hd + c0 + 8 * i);
+                            _mm256_storeu_ps(o, _mm256_mul_ps(*acc, _mm256_set1_ps(inv[h])));
+                        }
                     }
                 }
             }

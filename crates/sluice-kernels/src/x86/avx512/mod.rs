@@ -9,7 +9,9 @@ pub(crate) mod rows;
 
 use std::arch::x86_64::*;
 
-use crate::layout::{ABLOCK, Attn, KEY_BLOCK, Out, PackedMatrix, Part, QuantActs};
+use crate::layout::{
+    ABLOCK, Attn, KEY_BLOCK, Out, PackedMatrix, Part, PartStat, QuantActs, block_runs,
+};
 use crate::plain::softmax_unnormalised;
 use crate::x86::avx2::prefetch_values;
 
@@ -58,16 +60,21 @@ unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
 /// (one f16 key row load feeds each of them), then the values in 64-wide column strips.
 /// A block of 16 positions at a time, found through the table. A decode step reads a
 /// sequence's keys and values from memory: the next key block and this block's values are
-/// asked for while the scores are taken.
+/// asked for while the scores are taken. Each head's softmax goes to `stats`.
 #[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
-pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+pub(crate) unsafe fn attend(
+    a: &Attn,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [PartStat],
+) {
     // SAFETY: forwarded (the features are this function's).
     unsafe {
         match a.q.len() / a.hd {
-            1 => attend_heads::<1>(a, scores, out),
-            2 => attend_heads::<2>(a, scores, out),
-            3 => attend_heads::<3>(a, scores, out),
-            _ => attend_heads::<4>(a, scores, out),
+            1 => attend_heads::<1>(a, scores, out, stats),
+            2 => attend_heads::<2>(a, scores, out, stats),
+            3 => attend_heads::<3>(a, scores, out, stats),
+            _ => attend_heads::<4>(a, scores, out, stats),
         }
     }
 }
@@ -75,18 +82,30 @@ pub(crate) unsafe fn attend(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
 /// `attend` taking the group's heads `H` at a time (a smaller group in one pass with no
 /// idle lanes).
 #[inline(always)]
-unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn attend_heads<const H: usize>(
+    a: &Attn,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [PartStat],
+) {
     let hd = a.hd;
     let g = a.q.len() / hd;
-    let len = a.len;
-    let lp = len.next_multiple_of(16);
+    let (start, len) = (a.start, a.len);
+    let parts = a.parts().len();
     assert!(
-        a.plain() && len > 0 && out.len() == g * hd && hd.is_multiple_of(16),
+        a.plain()
+            && start < len
+            && out.len() == parts * g * hd
+            && stats.len() == parts * g
+            && hd.is_multiple_of(16),
         "attention shapes"
     );
-    // Every block of positions 0..len is inside both pools: whole blocks may be read.
-    a.check_blocks(0, len);
-    let blocks = len.div_ceil(KEY_BLOCK);
+    // Every block of positions start..len is inside both pools: whole blocks may be read.
+    a.check_blocks(start, len);
+    // Score columns cover the whole blocks of start..len, from position p0.
+    let (b0, b1) = (start / KEY_BLOCK, len.div_ceil(KEY_BLOCK));
+    let p0 = b0 * KEY_BLOCK;
+    let lp = b1 * KEY_BLOCK - p0;
     scores.clear();
     scores.resize(g.next_multiple_of(H) * lp, 0.0);
     let kp = a.keys.as_ptr() as *const u16;
@@ -104,18 +123,18 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
                 };
             }
         }
-        for b in 0..blocks {
+        for b in b0..b1 {
             let p = b * KEY_BLOCK;
             let at = a.block(b);
             // SAFETY: `check_blocks` saw block b inside both pools, so its 16 keys of every
             // dimension d < hd (`at + d * 16..+16`) are in bounds; scores has H * lp room
-            // and the stores end at p + 16 <= lp; prefetches never fault.
+            // and the stores end at p + 16 - p0 <= lp; prefetches never fault.
             unsafe {
                 let kb = kp.add(at);
                 if h0 == 0 {
                     // The next key block (contiguous halves, wherever the table puts it),
                     // and this block's values.
-                    if b + 1 < blocks {
+                    if b + 1 < b1 {
                         let next = a.block(b + 1);
                         prefetch_values(kp, next, next + hd * KEY_BLOCK);
                     }
@@ -132,24 +151,56 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
                     }
                 }
                 for (h, acc) in acc.iter().enumerate() {
-                    _mm512_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p), *acc);
+                    _mm512_storeu_ps(scores.as_mut_ptr().add((h0 + h) * lp + p - p0), *acc);
                 }
             }
         }
-        let mut inv = [0f32; H];
-        for (h, inv) in inv.iter_mut().enumerate().take(gh) {
-            *inv = softmax_unnormalised(&mut scores[(h0 + h) * lp..(h0 + h) * lp + len]);
+        // Each part (`ATTN_PART`) its own softmax and weighted sum, into its own output.
+        for (i, c) in a.parts().enumerate() {
+            let part = a.part(c).expect("a part of the row");
+            let (ps, pe) = (part.start, part.len);
+            let (out, stats) = (&mut out[i * g * hd..][..g * hd], &mut stats[i * g..][..g]);
+            let mut inv = [0f32; H];
+            for (h, inv) in inv.iter_mut().enumerate().take(gh) {
+                let row = (h0 + h) * lp;
+                stats[h0 + h] = softmax_unnormalised(&mut scores[row + ps - p0..row + pe - p0]);
+                *inv = 1.0 / stats[h0 + h].sum;
+            }
+            // SAFETY: `check_blocks` saw the blocks of start..len, which hold ps..pe; the
+            // scores of heads h0..h0 + gh have lp entries from p0.
+            unsafe { weigh_part::<H>(a, scores, lp, p0, (h0, gh), (ps, pe), &inv, out) };
         }
+    }
+}
+
+/// The weighted sums of positions `ps..pe` for heads `h0..h0 + gh` (weights in `scores`,
+/// head `h`'s at `[h * lp..]` from position `p0`), times each head's `inv`, into `out`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weigh_part<const H: usize>(
+    a: &Attn,
+    scores: &[f32],
+    lp: usize,
+    p0: usize,
+    (h0, gh): (usize, usize),
+    (ps, pe): (usize, usize),
+    inv: &[f32; H],
+    out: &mut [f32],
+) {
+    let hd = a.hd;
+    let vp = a.values.as_ptr() as *const u16;
+    {
         for c0 in (0..hd).step_by(64) {
             let strips = ((hd - c0) / 16).min(4);
-            // SAFETY: the block of every position p < len is inside `values`
-            // (`check_blocks`) and holds the position's hd halves at `(p % 16) * hd`;
-            // columns c0 + 16i < hd; weights are read inside `scores`.
+            // SAFETY: the block of every position ps <= p < pe is inside `values`
+            // (`check_blocks` saw start..len, which holds them) and holds the position's
+            // hd halves at `(p % 16) * hd`; columns c0 + 16i < hd; weights are read
+            // inside `scores`.
             unsafe {
                 let mut acc = [[_mm512_setzero_ps(); 4]; H];
-                for b in 0..blocks {
+                for (b, run) in block_runs(ps, pe) {
                     let vb = vp.add(a.block(b) + c0);
-                    for p in b * KEY_BLOCK..((b + 1) * KEY_BLOCK).min(len) {
+                    for p in run {
                         let row = vb.add(p % KEY_BLOCK * hd);
                         let mut v = [_mm512_setzero_ps(); 4];
                         for (i, v) in v.iter_mut().enumerate().take(strips) {
@@ -158,7 +209,7 @@ unsafe fn attend_heads<const H: usize>(a: &Attn, scores: &mut Vec<f32>, out: &mu
                             ));
                         }
                         for (h, acc) in acc.iter_mut().enumerate() {
-                            let w = _mm512_set1_ps(*scores.get_unchecked((h0 + h) * lp + p));
+                            let w = _mm512_set1_ps(*scores.get_unchecked((h0 + h) * lp + p - p0));
                             for i in 0..4 {
                                 acc[i] = _mm512_fmadd_ps(w, v[i], acc[i]);
                             }

@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::{Attn, KEY_BLOCK, block_runs};
+use crate::layout::{Attn, KEY_BLOCK, PartStat, block_runs};
 use crate::x86::attention_tile::Tile;
 use crate::x86::avx2::prefetch_values;
 
@@ -24,7 +24,12 @@ const PASS: usize = 12;
 /// # Safety
 /// The CPU must have AVX-512F, FMA and F16C. Shapes and the block table are checked.
 #[target_feature(enable = "avx512f,fma,f16c")]
-pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut [f32]) {
+pub(crate) unsafe fn attend_rows(
+    tile: &[Attn],
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [PartStat],
+) {
     // Checks the shapes, and the blocks of min_start..max_end against the pools.
     let t = Tile::new(tile, QUERIES, KEY_BLOCK, out.len());
     let (a0, hd, nq) = (&tile[0], t.hd, t.nq);
@@ -72,7 +77,7 @@ pub(crate) unsafe fn attend_rows(tile: &[Attn], scores: &mut Vec<f32>, out: &mut
             }
         }
     }
-    let inv: [f32; QUERIES] = t.softmax(scores, lp, p0);
+    let inv: [f32; QUERIES] = t.softmax(scores, lp, p0, stats);
     // Query j takes positions start_j..end_j: all queries between max_start and min_end,
     // each its own outside.
     let range: [(usize, usize); QUERIES] = t.ranges();
