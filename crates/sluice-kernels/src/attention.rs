@@ -18,10 +18,20 @@ use crate::simd::Simd;
 pub fn attend_group(a: &Attn, scores: &mut Vec<f32>, out: &mut [f32]) {
     let parts = a.parts().len();
     let (hd, g) = (a.hd, a.q.len() / a.hd);
-    let mut stats = vec![PartStat::default(); parts * g];
     if parts <= 1 {
-        return kernel_group(a, scores, out, &mut stats);
+        // A decode step calls this per (row, KV head) and layer: no allocation for the
+        // usual group sizes.
+        let mut few = [PartStat::default(); 16];
+        let mut many = Vec::new();
+        let stats = if g <= few.len() {
+            &mut few[..g]
+        } else {
+            many.resize(g, PartStat::default());
+            &mut many[..]
+        };
+        return kernel_group(a, scores, out, stats);
     }
+    let mut stats = vec![PartStat::default(); parts * g];
     let mut outs = vec![0f32; parts * g * hd];
     kernel_group(a, scores, &mut outs, &mut stats);
     merge_parts(parts, &stats, &outs, out);

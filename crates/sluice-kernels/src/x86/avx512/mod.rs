@@ -60,7 +60,8 @@ unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
 /// (one f16 key row load feeds each of them), then the values in 64-wide column strips.
 /// A block of 16 positions at a time, found through the table. A decode step reads a
 /// sequence's keys and values from memory: the next key block and this block's values are
-/// asked for while the scores are taken. Each head's softmax goes to `stats`.
+/// asked for while the scores are taken. Each part of the row (`ATTN_PART`) takes its own
+/// softmax and sum: `out` is parts x g x hd, `stats` parts x g.
 #[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
 pub(crate) unsafe fn attend(
     a: &Attn,
@@ -175,6 +176,12 @@ unsafe fn attend_heads<const H: usize>(
 
 /// The weighted sums of positions `ps..pe` for heads `h0..h0 + gh` (weights in `scores`,
 /// head `h`'s at `[h * lp..]` from position `p0`), times each head's `inv`, into `out`.
+///
+/// # Safety
+/// The CPU must have AVX-512F and F16C (it is inlined into `attend`, which enables them);
+/// the blocks of `ps..pe` must be inside `a.values` (`Attn::check_blocks`), `scores` must
+/// hold `lp` weights from `p0` for heads up to `h0 + H`, `p0 <= ps < pe <= p0 + lp`, and
+/// `out` `(h0 + gh) * hd` values.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn weigh_part<const H: usize>(
