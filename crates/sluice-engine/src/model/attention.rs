@@ -230,11 +230,11 @@ impl Attention {
         // Fewer (tile or decode row, KV head) items than threads (one sequence's decode
         // row over fewer KV heads than threads: Gemma 3 has one): a long decode row's
         // parts (`ATTN_PART`; one-row items only) are shared out in runs of consecutive
-        // parts, at least one item per thread in all, each run
-        // streaming one stretch of the row in one pass; the runs' outputs are merged
-        // after the region. The bits are those of the row whole, however the runs fall.
-        // With at least as many items as threads, splitting gained nothing on the 2-vCPU
-        // AMD EPYC VM (SmolLM2's three KV heads on two threads, docs/ARCHITECTURE.md).
+        // parts, at least one item per thread in all, each run streaming one stretch of
+        // the row in one pass; the runs' outputs are merged after the region. The bits
+        // are those of the row whole, however the runs fall. With at least as many items
+        // as threads, splitting gained nothing on the 2-vCPU AMD EPYC VM (SmolLM2's three
+        // KV heads on two threads, docs/ARCHITECTURE.md).
         let threads = sluice_kernels::threads::threads();
         let below = match SPLIT_BELOW.load(Ordering::Relaxed) {
             0 => threads,
