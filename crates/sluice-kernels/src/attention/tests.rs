@@ -19,8 +19,18 @@ fn identity(positions: usize) -> Vec<u32> {
 
 /// `attend_group`'s kernel at `level` for `a` as given (no cut).
 fn group_at(level: Simd, a: &Attn, out: &mut [f32]) {
+    kernel_at(
+        level,
+        a,
+        out,
+        &mut vec![PartStat::default(); a.q.len() / a.hd],
+    );
+}
+
+/// The one-row kernel of `level` for `a`, which cuts it into its parts (`out`: parts x g
+/// x hd, `stats`: parts x g).
+fn kernel_at(level: Simd, a: &Attn, out: &mut [f32], stats: &mut [PartStat]) {
     let scores = &mut Vec::new();
-    let stats = &mut vec![PartStat::default(); a.q.len() / a.hd];
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the level tests run only levels the CPU has.
@@ -32,6 +42,38 @@ fn group_at(level: Simd, a: &Attn, out: &mut [f32]) {
         Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, out, stats) },
         _ => attend_body(a, scores, out, stats, |x, y, acc| x * y + acc),
     }
+}
+
+/// The f64 definition over contiguous keys and values: softmax of the scaled scores over
+/// `start..len`, then the weighted sum of the values (`g x hd`).
+fn definition(
+    q: &[f32],
+    (keys, values): (&[f16], &[f16]),
+    hd: usize,
+    (start, len): (usize, usize),
+    scale: f32,
+) -> Vec<f64> {
+    let g = q.len() / hd;
+    let mut want = vec![0f64; g * hd];
+    for h in 0..g {
+        let s: Vec<f64> = (start..len)
+            .map(|p| {
+                (0..hd)
+                    .map(|d| q[h * hd + d] as f64 * keys[key_index(hd, d, p)].to_f64())
+                    .sum::<f64>()
+                    * scale as f64
+            })
+            .collect();
+        let max = s.iter().cloned().fold(f64::MIN, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (i, p) in (start..len).enumerate() {
+            for d in 0..hd {
+                want[h * hd + d] += e[i] / sum * values[p * hd + d].to_f64();
+            }
+        }
+    }
+    want
 }
 
 /// `attend_rows`'s kernel at `level`: that level's tile kernel where it takes the tile,
@@ -84,25 +126,7 @@ fn attention_matches_f64_softmax_on_every_level(level: Simd) {
         let keys = halves(noise(hd * stride, 12));
         let values = halves(noise(stride * hd, 13));
         let scale = 0.125;
-        let mut want = vec![0f64; g * hd];
-        for h in 0..g {
-            let s: Vec<f64> = (0..len)
-                .map(|p| {
-                    (0..hd)
-                        .map(|d| q[h * hd + d] as f64 * keys[key_index(hd, d, p)].to_f64())
-                        .sum::<f64>()
-                        * scale as f64
-                })
-                .collect();
-            let max = s.iter().cloned().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-            let sum: f64 = e.iter().sum();
-            for p in 0..len {
-                for d in 0..hd {
-                    want[h * hd + d] += e[p] / sum * values[p * hd + d].to_f64();
-                }
-            }
-        }
+        let want = definition(&q, (&keys, &values), hd, (0, len), scale);
         let table = identity(stride);
         let a = Attn {
             q: &q,

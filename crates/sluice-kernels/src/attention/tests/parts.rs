@@ -4,59 +4,53 @@
 
 use super::*;
 
-/// The f64 definition over contiguous keys and values: softmax of the scaled scores over
-/// `start..len`, then the weighted sum of the values (`g x hd`).
-#[allow(clippy::too_many_arguments)]
-fn definition(
-    q: &[f32],
-    keys: &[f16],
-    values: &[f16],
-    hd: usize,
-    start: usize,
-    len: usize,
-    scale: f32,
-) -> Vec<f64> {
-    let g = q.len() / hd;
-    let mut want = vec![0f64; g * hd];
-    for h in 0..g {
-        let s: Vec<f64> = (start..len)
-            .map(|p| {
-                (0..hd)
-                    .map(|d| q[h * hd + d] as f64 * keys[key_index(hd, d, p)].to_f64())
-                    .sum::<f64>()
-                    * scale as f64
-            })
-            .collect();
-        let max = s.iter().cloned().fold(f64::MIN, f64::max);
-        let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        for (i, p) in (start..len).enumerate() {
-            for d in 0..hd {
-                want[h * hd + d] += e[i] / sum * values[p * hd + d].to_f64();
-            }
+/// A row's contiguous queries, keys (scores large enough that one part's maximum is far
+/// from another's) and values, from seed `seed`.
+struct Row {
+    q: Vec<f32>,
+    keys: Vec<f16>,
+    values: Vec<f16>,
+    table: Vec<u32>,
+}
+
+impl Row {
+    fn new((hd, g, len): (usize, usize, usize), seed: u32) -> Self {
+        let stride = len.next_multiple_of(16);
+        Row {
+            q: noise(g * hd, seed),
+            keys: halves(
+                noise(hd * stride, seed + 1)
+                    .iter()
+                    .map(|x| x * 8.0)
+                    .collect(),
+            ),
+            values: halves(noise(stride * hd, seed + 2)),
+            table: identity(stride),
         }
     }
-    want
+
+    /// Its attention over `start..len`, head size `hd`, scale 0.125.
+    fn attn(&self, hd: usize, start: usize, len: usize) -> Attn<'_> {
+        Attn {
+            q: &self.q,
+            hd,
+            keys: &self.keys,
+            values: &self.values,
+            table: &self.table,
+            block_stride: hd * KEY_BLOCK,
+            len,
+            scale: 0.125,
+            start,
+            softcap: None,
+        }
+    }
 }
 
 /// The row at `level` (that level's kernel, which cuts it into its parts), merged; and
 /// each part by that kernel alone, merged, which must give the same bits.
 fn cut_at(level: Simd, a: &Attn, out: &mut [f32]) {
     let (g, hd, parts) = (a.q.len() / a.hd, a.hd, a.parts());
-    let run = |a: &Attn, o: &mut [f32], stats: &mut [PartStat]| {
-        let scores = &mut Vec::new();
-        match level {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the level tests run only levels the CPU has.
-            Simd::Avx512 if hd.is_multiple_of(16) && a.plain() => unsafe {
-                crate::x86::avx512::attend(a, scores, o, stats)
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above.
-            Simd::Avx2 | Simd::Avx512 => unsafe { crate::x86::avx2::attend(a, scores, o, stats) },
-            _ => attend_body(a, scores, o, stats, |x, y, acc| x * y + acc),
-        }
-    };
+    let run = |a: &Attn, o: &mut [f32], stats: &mut [PartStat]| kernel_at(level, a, o, stats);
     let mut outs = vec![f32::NAN; parts.len() * g * hd];
     let mut stats = vec![PartStat::default(); parts.len() * g];
     run(a, &mut outs, &mut stats);
@@ -91,25 +85,10 @@ crate::level_tests!(a_long_row_cut_into_parts_matches_the_definition);
 
 fn a_long_row_cut_into_parts_matches_the_definition(level: Simd) {
     for (hd, g, start, len) in long_rows() {
-        let stride = len.next_multiple_of(16);
-        let q = noise(g * hd, 41);
-        let keys = halves(noise(hd * stride, 42).iter().map(|x| x * 8.0).collect());
-        let values = halves(noise(stride * hd, 43));
-        let table = identity(stride);
-        let a = Attn {
-            q: &q,
-            hd,
-            keys: &keys,
-            values: &values,
-            table: &table,
-            block_stride: hd * KEY_BLOCK,
-            len,
-            scale: 0.125,
-            start,
-            softcap: None,
-        };
+        let row = Row::new((hd, g, len), 41);
+        let a = row.attn(hd, start, len);
         assert_eq!(a.parts().len(), len.div_ceil(ATTN_PART) - start / ATTN_PART);
-        let want = definition(&q, &keys, &values, hd, start, len, 0.125);
+        let want = definition(&row.q, (&row.keys, &row.values), hd, (start, len), 0.125);
         let mut got = vec![f32::NAN; g * hd];
         cut_at(level, &a, &mut got);
         for (x, y) in got.iter().zip(&want) {
@@ -133,23 +112,8 @@ fn a_long_row_cut_into_parts_matches_the_definition(level: Simd) {
 #[test]
 fn parts_run_apart_and_merged_give_the_row_its_bits() {
     for (hd, g, start, len) in long_rows() {
-        let stride = len.next_multiple_of(16);
-        let q = noise(g * hd, 51);
-        let keys = halves(noise(hd * stride, 52).iter().map(|x| x * 8.0).collect());
-        let values = halves(noise(stride * hd, 53));
-        let table = identity(stride);
-        let a = Attn {
-            q: &q,
-            hd,
-            keys: &keys,
-            values: &values,
-            table: &table,
-            block_stride: hd * KEY_BLOCK,
-            len,
-            scale: 0.125,
-            start,
-            softcap: None,
-        };
+        let row = Row::new((hd, g, len), 51);
+        let a = row.attn(hd, start, len);
         let mut whole = vec![f32::NAN; g * hd];
         attend_group(&a, &mut Vec::new(), &mut whole);
         let parts = a.parts();
