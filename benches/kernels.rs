@@ -91,10 +91,7 @@ fn run() {
     }
     println!("| tensor | type | rows x cols | n | us/call | weight GB/s | GMAC/s |");
     println!("|---|---|---|---:|---:|---:|---:|");
-    // `SLUICE_BENCH_FORMATS=Q5_0,Q4K` times only those tensor types.
-    let formats: Option<Vec<String>> = std::env::var("SLUICE_BENCH_FORMATS")
-        .ok()
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let formats = formats();
     for ((ty, out, cols), (name, dtype, bytes)) in seen {
         if formats.as_ref().is_some_and(|f| !f.contains(&ty)) {
             continue;
@@ -126,7 +123,8 @@ fn run() {
 /// so that every sweep reads the weights from memory. Its GB/s against the read bandwidth
 /// measured right before and after says how much of a decode step's distance from the
 /// roofline is in the matmuls and how much outside them (`benches/roofline.rs` has the
-/// whole step). `SLUICE_BENCH_ONLY=sweep`, `SLUICE_BENCH_ROUNDS` rounds (default 5).
+/// whole step). `SLUICE_BENCH_ONLY=sweep`, `SLUICE_BENCH_ROUNDS` rounds (default 5),
+/// `SLUICE_BENCH_FORMATS` to sweep only some tensor types.
 fn sweep(path: &std::path::Path) {
     let file = GgufFile::open(path).expect("a GGUF file");
     let mut names: Vec<&String> = file.content.tensor_infos.keys().collect();
@@ -142,9 +140,14 @@ fn sweep(path: &std::path::Path) {
     names.sort_by_key(|n| key(n));
     let mut mats = Vec::new();
     let mut bytes_total = 0usize;
+    let formats = formats();
     for name in names {
         let (dtype, shape, bytes) = file.tensor(name).expect("a tensor");
-        if shape.len() != 2 {
+        if shape.len() != 2
+            || formats
+                .as_ref()
+                .is_some_and(|f| !f.contains(&format!("{dtype:?}")))
+        {
             continue;
         }
         if let Ok(lin) = QLinear::new(dtype, bytes, shape[0], shape[1]) {
@@ -194,6 +197,13 @@ fn sweep(path: &std::path::Path) {
             100.0 * gbs / before.max(after)
         );
     }
+}
+
+/// `SLUICE_BENCH_FORMATS=Q5_0,Q4K`: only those tensor types (as the tables name them).
+fn formats() -> Option<Vec<String>> {
+    std::env::var("SLUICE_BENCH_FORMATS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
 }
 
 /// Decode attention as a step of 32 streams meets it: every layer's query groups of 32

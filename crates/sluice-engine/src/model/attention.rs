@@ -241,10 +241,15 @@ impl Attention {
             n => n,
         };
         let split = items.len() < below;
+        // An item's parts and how many runs it is cut into (1: whole, its parts unused;
+        // they are only looked up, a `kv.read`, for an item that may be cut).
         let runs_of = |(i0, t, kvh): (usize, usize, usize)| {
+            if !split || t != 1 {
+                return (0..0, 1);
+            }
             let parts = attn(i0, kvh).parts();
             let n = parts.len();
-            if !split || t != 1 || n < 2 {
+            if n < 2 {
                 return (parts, 1);
             }
             (parts, below.div_ceil(items.len()).min(n))
