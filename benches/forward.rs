@@ -25,7 +25,9 @@
 //! `SLUICE_BENCH_PREFETCH=8192:l2,8192:l2:even` a decode matmul's halving tasks against
 //! equal ones (`sluice_kernels::set_halving`); a field `w2048` sets the distance of 8-bit
 //! quants (Q8_0) apart, which is otherwise the CPU's default
-//! (`sluice_kernels::set_prefetch_whole_bytes`).
+//! (`sluice_kernels::set_prefetch_whole_bytes`), and a field `v4` how many key blocks
+//! ahead decode attention's weighted sums ask for their values
+//! (`sluice_kernels::set_attention_values_ahead`; `v0`: none).
 //! `SLUICE_BENCH_AT=500` decodes those (and `SLUICE_BENCH_STAGES`' tokens) from position
 //! 500 instead of 64 (up to 8,000), after a prompt that wrote every position before it.
 
@@ -273,14 +275,14 @@ fn compare_prefetch(
     at: usize,
 ) {
     use sluice_kernels::Prefetch;
-    type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], &'a str);
+    type Setting<'a> = (usize, Option<usize>, Prefetch, [bool; 4], usize, &'a str);
     let settings: Vec<Setting> = settings
         .split(',')
         .map(|c| {
             let mut fields = c.split(':');
             let ahead = fields.next().unwrap_or_default();
             let (mut hint, mut fetch, mut gfni, mut generic) = (Prefetch::L2, true, true, false);
-            let (mut even, mut whole) = (false, None);
+            let (mut even, mut whole, mut va) = (false, None, sluice_kernels::VALUES_AHEAD);
             for f in fields {
                 match f {
                     f if f.starts_with('w') => {
@@ -294,8 +296,9 @@ fn compare_prefetch(
                     "nogfni" => gfni = false,
                     "generic" => generic = true,
                     "even" => even = true,
+                    f if f.starts_with('v') => va = f[1..].parse().expect("vN"),
                     other => panic!(
-                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic, even or wN"
+                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic, even, wN or vN"
                     ),
                 }
             }
@@ -304,13 +307,14 @@ fn compare_prefetch(
                 whole,
                 hint,
                 [fetch, gfni, generic, even],
+                va,
                 c,
             )
         })
         .collect();
     let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..30 {
-        for (&(ahead, whole, hint, [fetch, gfni, generic, even], _), t) in
+        for (&(ahead, whole, hint, [fetch, gfni, generic, even], va, _), t) in
             settings.iter().zip(times.iter_mut())
         {
             sluice_kernels::set_prefetch(ahead, hint);
@@ -319,6 +323,7 @@ fn compare_prefetch(
             sluice_kernels::set_gfni(gfni);
             sluice_kernels::set_specialised(!generic);
             sluice_kernels::set_halving(!even);
+            sluice_kernels::set_attention_values_ahead(va);
             let start = Instant::now();
             for pos in at..at + 16 {
                 let row = TokenRow {

@@ -20,5 +20,7 @@ pub(crate) use matrix::{
 pub use matrix::{PackedMatrix, Part, set_gfni, set_specialised};
 pub use pages::{Huge, Zero};
 pub(crate) use pages::{HugeBytes, Scratch};
-pub use prefetch::{Prefetch, set_prefetch, set_prefetch_whole_bytes};
-pub(crate) use prefetch::{prefetch, prefetch_for};
+pub use prefetch::{
+    Prefetch, VALUES_AHEAD, set_attention_values_ahead, set_prefetch, set_prefetch_whole_bytes,
+};
+pub(crate) use prefetch::{attention_values_ahead, prefetch, prefetch_for};

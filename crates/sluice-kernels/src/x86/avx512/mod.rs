@@ -60,8 +60,10 @@ unsafe fn has_nan(v0: __m512, v1: __m512) -> bool {
 /// (one f16 key row load feeds each of them), then the values in 64-wide column strips.
 /// A block of 16 positions at a time, found through the table. A decode step reads a
 /// sequence's keys and values from memory: the next key block and this block's values are
-/// asked for while the scores are taken. Each part of the row (`ATTN_PART`) takes its own
-/// softmax and sum: `out` is parts x g x hd, `stats` parts x g.
+/// asked for while the scores are taken, and the weighted sums ask for the values
+/// `layout::VALUES_AHEAD` blocks ahead into L2 (a long row's keys have pushed the first
+/// ones out of L1 by then). Each part of the row (`ATTN_PART`) takes its own softmax and
+/// sum: `out` is parts x g x hd, `stats` parts x g.
 #[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
 pub(crate) unsafe fn attend(
     a: &Attn,
@@ -196,16 +198,22 @@ unsafe fn weigh_part<const H: usize>(
 ) {
     let hd = a.hd;
     let vp = a.values.as_ptr() as *const u16;
+    let va = crate::layout::attention_values_ahead();
     {
         for c0 in (0..hd).step_by(64) {
             let strips = ((hd - c0) / 16).min(4);
             // SAFETY: the block of every position ps <= p < pe is inside `values`
             // (`check_blocks` saw start..len, which holds them) and holds the position's
             // hd halves at `(p % 16) * hd`; columns c0 + 16i < hd; weights are read
-            // inside `scores`.
+            // inside `scores`. Block b + va is looked up only when it starts before pe, so
+            // inside the row's table; prefetches never fault.
             unsafe {
                 let mut acc = [[_mm512_setzero_ps(); 4]; H];
                 for (b, run) in block_runs(ps, pe) {
+                    if va > 0 && c0 == 0 && (b + va) * KEY_BLOCK < pe {
+                        let next = a.block(b + va);
+                        prefetch_l2(vp, next, next + hd * KEY_BLOCK);
+                    }
                     let vb = vp.add(a.block(b) + c0);
                     for p in run {
                         let row = vb.add(p % KEY_BLOCK * hd);
@@ -231,6 +239,18 @@ unsafe fn weigh_part<const H: usize>(
                 }
             }
         }
+    }
+}
+
+/// `prefetch_values` into L2.
+///
+/// # Safety
+/// None beyond the caller's SSE (every x86_64 CPU has it): a prefetch never faults.
+#[inline(always)]
+unsafe fn prefetch_l2(vp: *const u16, lo: usize, hi: usize) {
+    for at in (lo..hi).step_by(32) {
+        // SAFETY: a prefetch does not fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(vp.wrapping_add(at) as *const i8) };
     }
 }
 
