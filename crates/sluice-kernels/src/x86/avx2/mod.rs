@@ -24,6 +24,18 @@ pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
     }
 }
 
+/// `prefetch_values` into L2.
+///
+/// # Safety
+/// None beyond the caller's SSE (every x86_64 CPU has it): a prefetch never faults.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_l2(vp: *const u16, lo: usize, hi: usize) {
+    for at in (lo..hi).step_by(32) {
+        // SAFETY: a prefetch does not fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(vp.wrapping_add(at) as *const i8) };
+    }
+}
+
 /// Asks for the `len` bytes `ahead` bytes past `q` (a block of weights about to be read
 /// `ahead` bytes from now), a cache line at a time, into the cache `hint` names
 /// (`layout::Prefetch as u8`; `Off`: nothing).
@@ -268,7 +280,14 @@ unsafe fn weigh_values<const H: usize, const N: usize>(
             // contiguous layout then; a lookup at the block measured 2-4% slower).
             let base = |b: usize| vp.add(a.block(b.min(last)) + c0);
             let (mut next, mut after) = (base(blocks.start), base(blocks.start + 1));
+            // The values `layout::VALUES_AHEAD` blocks on, into L2: the score pass asked
+            // for them into L1, but a long row's keys have pushed them out since.
+            let va = crate::layout::attention_values_ahead();
             for b in blocks {
+                if va > 0 && c0 == 0 && b + va <= last {
+                    let ahead = a.block(b + va);
+                    prefetch_l2(vp, ahead, ahead + hd * KEY_BLOCK);
+                }
                 let mut at = next;
                 (next, after) = (after, base(b + 2));
                 let mut wp = w.wrapping_add(b * KEY_BLOCK);

@@ -13,7 +13,7 @@ use crate::layout::{
     ABLOCK, Attn, KEY_BLOCK, Out, PackedMatrix, Part, PartStat, QuantActs, block_runs,
 };
 use crate::plain::softmax_unnormalised;
-use crate::x86::avx2::prefetch_values;
+use crate::x86::avx2::{prefetch_l2, prefetch_values};
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
@@ -239,18 +239,6 @@ unsafe fn weigh_part<const H: usize>(
                 }
             }
         }
-    }
-}
-
-/// `prefetch_values` into L2.
-///
-/// # Safety
-/// None beyond the caller's SSE (every x86_64 CPU has it): a prefetch never faults.
-#[inline(always)]
-unsafe fn prefetch_l2(vp: *const u16, lo: usize, hi: usize) {
-    for at in (lo..hi).step_by(32) {
-        // SAFETY: a prefetch does not fault.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(vp.wrapping_add(at) as *const i8) };
     }
 }
 
