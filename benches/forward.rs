@@ -298,7 +298,8 @@ fn compare_prefetch(
                     "even" => even = true,
                     f if f.starts_with('v') => va = f[1..].parse().expect("vN"),
                     other => panic!(
-                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic, even, wN or vN"
+                        "prefetch field {other}: l1, l2, nta, off, alone, nogfni, generic, \
+                         even, wN or vN"
                     ),
                 }
             }

@@ -155,6 +155,13 @@ fn sweep(path: &std::path::Path) {
             mats.push((lin, shape[1], shape[0]));
         }
     }
+    if mats.is_empty() {
+        eprintln!(
+            "no matrix of the types SLUICE_BENCH_FORMATS names \
+             (as the tables name them: Q4K, Q8_0, ...)"
+        );
+        return;
+    }
     let x: Vec<Vec<f32>> = mats
         .iter()
         .map(|(_, cols, _)| {

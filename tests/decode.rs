@@ -96,21 +96,24 @@ fn generated(model: &std::path::Path, prompt: &str, threads: usize) -> String {
     out
 }
 
-/// A prompt of 1,100 tokens or a few more: its last rows and every decode row reach
-/// across the first cut of attention's parts (`ATTN_PART`).
-fn long_prompt(model: &std::path::Path) -> String {
-    let loaded = sluice::load_model(model, &Default::default()).expect("it loads");
+/// A prompt that reaches 76 tokens past the first cut of attention's parts
+/// (`ATTN_PART`), so its last rows and every decode row cross it; and the model's KV head
+/// count.
+fn long_prompt(model: &std::path::Path) -> (String, usize) {
+    let loaded = sluice::load_model(model, &Default::default())
+        .unwrap_or_else(|e| panic!("{e:#}: run scripts/fetch-model gemma3 (and make model)"));
     let mut text = String::new();
     for i in 0.. {
         text.push_str(&format!("{} ", i * 37 % 1000));
-        if i % 16 == 15 && loaded.tokenizer.encode(&text).expect("it encodes").len() >= 1100 {
+        let n = loaded.tokenizer.encode(&text).expect("it encodes").len();
+        if i % 16 == 15 && n >= sluice_kernels::ATTN_PART + 76 {
             break;
         }
     }
-    text
+    (text, loaded.model.shape().n_kv_heads)
 }
 
-/// The same greedy ids and the same bits of every log-probability whatever the number of
+/// The same greedy ids and the same bits of every printed log-probability whatever the number of
 /// compute threads: each matmul task writes its own outputs, and a long row's attention
 /// parts merge to the row's bits however they are shared out. One thread splits nothing;
 /// SmolLM2 (three KV heads) has its long decode rows cut into runs of parts with four
@@ -126,7 +129,9 @@ fn generation_is_the_same_whatever_the_compute_thread_count() {
         (common::model_path(), &[1, 2, 3, 4][..]),
         (gemma, &[1, 2, 3][..]),
     ] {
-        let prompt = long_prompt(&model);
+        let (prompt, kv_heads) = long_prompt(&model);
+        // Splitting needs more threads than KV heads (one decode row, one item a head).
+        assert!(kv_heads < counts[counts.len() - 1], "{kv_heads} KV heads");
         let runs: Vec<String> = counts
             .iter()
             .map(|&t| generated(&model, &prompt, t))

@@ -111,13 +111,13 @@ pub(crate) fn prefetch_for(nib: bool) -> (usize, u8) {
 }
 
 /// Key blocks (16 positions each) ahead of the one being weighed whose values the
-/// one-row attention kernels (AVX-512 and AVX2) ask for, into L2, in their weighted sums. The score
-/// pass asked for each block's values into L1 as it went, but a long row's keys push
-/// them out before the weighted sums come back for them. On the 2-vCPU AMD EPYC (Zen 4)
-/// VM a SmolLM2 Q4_1 decode token took 3-5% less time from positions 2,000 and 4,000
-/// (6.66 against 6.98 ms, 8.77 against 9.12, 10.20 against 10.55; one thread 11.03
-/// against 11.55; 4 and 8 blocks alike), and the same time from 6,000 and 8,000, on
-/// Gemma 3 270M from 4,000 and at position 64 (`SLUICE_BENCH_AT=N
+/// AVX-512 and AVX2 one-row attention kernels ask for, into L2, in their weighted sums.
+/// The score pass asked for each block's values into L1 as it went, but a long row's keys
+/// push them out before the weighted sums come back for them. On the 2-vCPU AMD EPYC
+/// (Zen 4) VM, at AVX-512, a SmolLM2 Q4_1 decode token took 3-5% less time from
+/// positions 2,000 and 4,000 (6.66 against 6.98 ms, 8.77 against 9.12, 10.20 against
+/// 10.55; one thread 11.03 against 11.55; 4 and 8 blocks alike), and the same time from
+/// 6,000 and 8,000, on Gemma 3 270M from 4,000 and at position 64 (`SLUICE_BENCH_AT=N
 /// SLUICE_BENCH_PREFETCH=8192:l2:v0,8192:l2:v4 cargo bench --bench forward`, medians of
 /// 30 alternating runs). Asking for the keys 4, 8 or 16 blocks ahead instead of 1, into
 /// L1 or L2, changed nothing. The AVX2 kernel (`SLUICE_KERNEL=avx2`, same CPU) gained
@@ -132,7 +132,8 @@ static ATTN_VALUES_AHEAD: std::sync::atomic::AtomicUsize =
 /// (0: none; [`VALUES_AHEAD`] by default): a knob for `benches/forward.rs`. Results never
 /// depend on it.
 pub fn set_attention_values_ahead(blocks: usize) {
-    ATTN_VALUES_AHEAD.store(blocks, std::sync::atomic::Ordering::Relaxed);
+    // At most 64 blocks: a block index plus it never overflows.
+    ATTN_VALUES_AHEAD.store(blocks.min(64), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The value blocks ahead in force.

@@ -59,7 +59,9 @@ pub(crate) unsafe fn prefetch_ahead(q: *const u8, len: usize, ahead: usize, hint
 /// Attention: 16 positions' scores at a time for up to 4 heads (one f16 key row load feeds
 /// every head of the group), soft-cap and softmax over the window, then the values in
 /// 16-wide column strips. A block at a time: one table lookup per 16 positions. The sums
-/// run in the order of `plain::attend_body`.
+/// run in the order of `plain::attend_body`. The next key block and each block's values
+/// are asked for while the scores are taken, and the weighted sums ask for the values
+/// `layout::VALUES_AHEAD` blocks ahead into L2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend(
     a: &Attn,
