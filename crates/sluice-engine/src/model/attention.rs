@@ -254,9 +254,10 @@ impl Attention {
             }
             (parts, below.div_ceil(items.len()).min(n))
         };
-        let cut: usize = items
+        // Looked up once per item: the sizes below and the jobs after them.
+        let cuts: Vec<_> = items.iter().map(|&it| runs_of(it)).collect();
+        let cut: usize = cuts
             .iter()
-            .map(|&it| runs_of(it))
             .filter(|(_, k)| *k > 1)
             .map(|(parts, _)| parts.len())
             .sum();
@@ -276,10 +277,9 @@ impl Attention {
         let mut jobs = Vec::with_capacity(items.len() + 2 * threads);
         let mut merges = Vec::new();
         let mut first = 0;
-        for &item in &items {
+        for (&item, (parts, k)) in items.iter().zip(cuts) {
             let (runs, tail) = std::mem::take(&mut rest).split_at_mut(item.1);
             rest = tail;
-            let (parts, k) = runs_of(item);
             if k <= 1 {
                 jobs.push(Job::Rows(item, runs));
                 continue;

@@ -13,26 +13,18 @@ use std::arch::x86_64::*;
 
 use crate::layout::{Attn, KEY_BLOCK, PartStat, block_runs};
 
-/// Prefetches the f16 values (or keys) `vp[lo..hi]` into L1, a cache line (32 halves) at a
-/// time.
-/// A prefetch never faults, so the addresses need not be in bounds.
-#[inline(always)]
-pub(crate) unsafe fn prefetch_values(vp: *const u16, lo: usize, hi: usize) {
-    for at in (lo..hi).step_by(32) {
-        // SAFETY: the caller has SSE (every AVX2 CPU does); a prefetch does not fault.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(at) as *const i8) };
-    }
-}
-
-/// `prefetch_values` into L2.
+/// Prefetches the f16 values (or keys) `vp[lo..hi]` a cache line (32 halves) at a time,
+/// into the cache `HINT` names (`_MM_HINT_T0`: L1, the next block's; `_MM_HINT_T1`: L2,
+/// the values `layout::VALUES_AHEAD` blocks ahead).
 ///
 /// # Safety
-/// None beyond the caller's SSE (every x86_64 CPU has it): a prefetch never faults.
+/// None beyond the caller's SSE (every x86_64 CPU has it): a prefetch never faults, so
+/// the addresses need not be in bounds.
 #[inline(always)]
-pub(crate) unsafe fn prefetch_l2(vp: *const u16, lo: usize, hi: usize) {
+pub(crate) unsafe fn prefetch_halves<const HINT: i32>(vp: *const u16, lo: usize, hi: usize) {
     for at in (lo..hi).step_by(32) {
         // SAFETY: a prefetch does not fault.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(vp.wrapping_add(at) as *const i8) };
+        unsafe { _mm_prefetch::<HINT>(vp.wrapping_add(at) as *const i8) };
     }
 }
 
@@ -131,7 +123,7 @@ pub(crate) unsafe fn attend(
                     // not in cache (the weights streamed through since the last step).
                     let (v0, v1) = (run.start.max(start), run.end.min(end));
                     let (v0, v1) = (v0 % KEY_BLOCK, (v1 - 1) % KEY_BLOCK + 1);
-                    prefetch_values(vp, at + v0 * hd, at + v1 * hd);
+                    prefetch_halves::<_MM_HINT_T0>(vp, at + v0 * hd, at + v1 * hd);
                 }
                 let kb = kp.add(at + lo);
                 let o = scores.as_mut_ptr().add(h0 * lp + run.start - p0);
@@ -288,7 +280,7 @@ unsafe fn weigh_values<const H: usize, const N: usize>(
             for b in blocks {
                 if va > 0 && c0 == 0 && b + va <= last {
                     let ahead = a.block(b + va);
-                    prefetch_l2(vp, ahead, ahead + hd * KEY_BLOCK);
+                    prefetch_halves::<_MM_HINT_T1>(vp, ahead, ahead + hd * KEY_BLOCK);
                 }
                 let mut at = next;
                 (next, after) = (after, base(b + 2));

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{prefetch_values, score_keys, store_scores};
+use super::{prefetch_halves, score_keys, store_scores};
 use crate::layout::{Attn, KEY_BLOCK, PartStat, block_runs};
 use crate::x86::attention_tile::Tile;
 
@@ -70,7 +70,7 @@ pub(crate) unsafe fn attend_rows(
                     // read them after all the scores (as in `avx2::attend`).
                     let (v0, v1) = (run.start.max(min_start), run.end.min(max_end));
                     let (v0, v1) = (v0 % KEY_BLOCK, (v1 - 1) % KEY_BLOCK + 1);
-                    prefetch_values(vp, at + v0 * hd, at + v1 * hd);
+                    prefetch_halves::<_MM_HINT_T0>(vp, at + v0 * hd, at + v1 * hd);
                 }
                 let (kb, q) = (kp.add(at + lo), qs.as_ptr().add(j0));
                 let o = scores.as_mut_ptr().add(j0 * lp + run.start - p0);

@@ -13,7 +13,7 @@ use crate::layout::{
     ABLOCK, Attn, KEY_BLOCK, Out, PackedMatrix, Part, PartStat, QuantActs, block_runs,
 };
 use crate::plain::softmax_unnormalised;
-use crate::x86::avx2::{prefetch_l2, prefetch_values};
+use crate::x86::avx2::prefetch_halves;
 
 #[target_feature(enable = "avx512f,avx512bw,fma")]
 pub(crate) unsafe fn quantise(a: &mut Out, x: &[f32]) {
@@ -139,9 +139,9 @@ unsafe fn attend_heads<const H: usize>(
                     // and this block's values.
                     if b + 1 < b1 {
                         let next = a.block(b + 1);
-                        prefetch_values(kp, next, next + hd * KEY_BLOCK);
+                        prefetch_halves::<_MM_HINT_T0>(kp, next, next + hd * KEY_BLOCK);
                     }
-                    prefetch_values(vp, at, at + (len - p).min(KEY_BLOCK) * hd);
+                    prefetch_halves::<_MM_HINT_T0>(vp, at, at + (len - p).min(KEY_BLOCK) * hd);
                 }
                 let mut acc = [_mm512_setzero_ps(); H];
                 for d in 0..hd {
@@ -212,7 +212,7 @@ unsafe fn weigh_part<const H: usize>(
                 for (b, run) in block_runs(ps, pe) {
                     if va > 0 && c0 == 0 && (b + va) * KEY_BLOCK < pe {
                         let next = a.block(b + va);
-                        prefetch_l2(vp, next, next + hd * KEY_BLOCK);
+                        prefetch_halves::<_MM_HINT_T1>(vp, next, next + hd * KEY_BLOCK);
                     }
                     let vb = vp.add(a.block(b) + c0);
                     for p in run {

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use crate::layout::{Attn, KEY_BLOCK, PartStat, block_runs};
 use crate::x86::attention_tile::Tile;
-use crate::x86::avx2::prefetch_values;
+use crate::x86::avx2::prefetch_halves;
 
 /// Queries (rows x heads of the group) one tile carries.
 pub(crate) const QUERIES: usize = 24;
@@ -58,7 +58,7 @@ pub(crate) unsafe fn attend_rows(
                     // The values of these positions, asked for now: the weighted sums
                     // read them after all the scores.
                     let (v0, v1) = (p.max(min_start) - p, (p + KEY_BLOCK).min(max_end) - p);
-                    prefetch_values(vp, at + v0 * hd, at + v1 * hd);
+                    prefetch_halves::<_MM_HINT_T0>(vp, at + v0 * hd, at + v1 * hd);
                 }
                 let mut acc = [_mm512_setzero_ps(); PASS];
                 let kb = kp.add(at);
