@@ -28,6 +28,9 @@
 //! (`sluice_kernels::set_prefetch_whole_bytes`), and a field `v4` how many key blocks
 //! ahead decode attention's weighted sums ask for their values
 //! (`sluice_kernels::set_attention_values_ahead`; `v0`: none).
+//! `SLUICE_BENCH_PROMPT=4000` instead times one 4,000-token prompt prefilled in chunks of
+//! 64 rows as the server feeds it (`4000:512` for chunks of 512), with
+//! `SLUICE_BENCH_STAGES=1` split into its stages.
 //! `SLUICE_BENCH_AT=500` decodes those (and `SLUICE_BENCH_STAGES`' tokens) from position
 //! 500 instead of 64 (up to 8,000), after a prompt that wrote every position before it.
 
@@ -42,6 +45,9 @@ fn main() {
     let file = GgufFile::open(&path).expect("a GGUF file");
     let m = load_model(&file).expect("a model sluice runs");
     println!("{}", path.display());
+    if let Ok(spec) = std::env::var("SLUICE_BENCH_PROMPT") {
+        return prompt(&*m, &spec);
+    }
     let s = m.shape().clone();
     // `SLUICE_BENCH_AT`: the position `SLUICE_BENCH_PREFETCH` and `SLUICE_BENCH_STAGES`
     // decode from (default 64).
@@ -236,14 +242,21 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, at: usize) {
         "one decode token at positions {at}..{}: {total:.1} µs",
         at + 128
     );
-    println!("| stage | µs/token | calls/token | of the token |");
+    stage_table(total, 128.0, "token");
+}
+
+/// The stages' times taken since the clock was turned on, over `units` units (tokens, or
+/// prompts) of `total` µs each: per stage its microseconds and calls a unit and its share.
+fn stage_table(total: f64, units: f64, unit: &str) {
+    use sluice_kernels::stages;
+    println!("| stage | µs/{unit} | calls/{unit} | of the {unit} |");
     println!("|---|---:|---:|---:|");
     let (regions, staged): (Vec<_>, Vec<_>) = stages::take()
         .into_iter()
         .partition(|(name, ..)| *name == stages::REGIONS);
     let row = |name: &str, took: std::time::Duration, calls: u64| {
-        let us = took.as_secs_f64() * 1e6 / 128.0;
-        let calls = calls as f64 / 128.0;
+        let us = took.as_secs_f64() * 1e6 / units;
+        let calls = calls as f64 / units;
         println!(
             "| {name} | {us:.1} | {calls:.1} | {:.1}% |",
             100.0 * us / total
@@ -259,6 +272,54 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, at: usize) {
     println!("| rest (embedding, output norm, buffers) | {rest:.1} | | {share:.1}% |");
     for (name, took, calls) in regions {
         row(name, took, calls);
+    }
+}
+
+/// One prompt of `n` tokens prefilled in chunks of `chunk` rows (`SLUICE_BENCH_PROMPT=N`
+/// or `N:CHUNK`; 64 by default, the server's `--max-batch-tokens`), as the engine feeds a
+/// long prompt, the last row's logits wanted: its time, three times; with
+/// `SLUICE_BENCH_STAGES=1`, where the third one's time went.
+fn prompt(m: &dyn sluice::engine::testing::Model, spec: &str) {
+    use sluice_kernels::stages;
+    let (n, chunk) = spec.split_once(':').unwrap_or((spec, "64"));
+    let (n, chunk): (usize, usize) = (
+        n.parse().expect("SLUICE_BENCH_PROMPT=N[:CHUNK]"),
+        chunk.parse().expect("SLUICE_BENCH_PROMPT=N[:CHUNK]"),
+    );
+    let (n, chunk) = (n.max(1), chunk.max(1));
+    let s = m.shape().clone();
+    let mut kv = KvSlab::contiguous(s.n_layers, s.n_kv_heads, s.head_dim, 1, n + 16);
+    let staged = std::env::var_os("SLUICE_BENCH_STAGES").is_some();
+    for round in 0..3 {
+        if staged && round == 2 {
+            stages::set_on(true);
+            stages::take();
+        }
+        let t = Instant::now();
+        for c in (0..n).step_by(chunk) {
+            let rows: Vec<TokenRow> = (c..(c + chunk).min(n))
+                .map(|p| TokenRow {
+                    token: 100 + (p * 13) as u32 % 1000,
+                    slot: 0,
+                    pos: p,
+                })
+                .collect();
+            let want: &[usize] = if c + chunk >= n {
+                &[rows.len() - 1]
+            } else {
+                &[]
+            };
+            m.forward(&mut kv, &rows, want);
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "prompt of {n} in chunks of {chunk}: {ms:.1} ms ({:.1} tok/s)",
+            n as f64 / ms * 1e3
+        );
+        if staged && round == 2 {
+            stages::set_on(false);
+            stage_table(ms * 1e3, 1.0, "prompt");
+        }
     }
 }
 
