@@ -28,11 +28,12 @@
 //! (`sluice_kernels::set_prefetch_whole_bytes`), and a field `v4` how many key blocks
 //! ahead decode attention's weighted sums ask for their values
 //! (`sluice_kernels::set_attention_values_ahead`; `v0`: none).
-//! `SLUICE_BENCH_PROMPT=4000` instead times one 4,000-token prompt prefilled in chunks of
-//! 64 rows as the server feeds it (`4000:512` for chunks of 512), with
-//! `SLUICE_BENCH_STAGES=1` split into its stages.
 //! `SLUICE_BENCH_AT=500` decodes those (and `SLUICE_BENCH_STAGES`' tokens) from position
 //! 500 instead of 64 (up to 8,000), after a prompt that wrote every position before it.
+//! `SLUICE_BENCH_PROMPT=4000` instead times one 4,000-token prompt prefilled in chunks of
+//! 64 rows, as the server feeds a prompt arriving alone at the default 32 slots (`4000:512`
+//! for chunks of 512), three times; with `SLUICE_BENCH_STAGES=1` the third is split into
+//! its stages. `SLUICE_BENCH_AT`, `_PREFETCH` and `_SLOTS` do not apply to it.
 
 use sluice::engine::GgufFile;
 use sluice::engine::testing::{KvSlab, TokenRow, load_model};
@@ -276,8 +277,8 @@ fn stage_table(total: f64, units: f64, unit: &str) {
 }
 
 /// One prompt of `n` tokens prefilled in chunks of `chunk` rows (`SLUICE_BENCH_PROMPT=N`
-/// or `N:CHUNK`; 64 by default, the server's `--max-batch-tokens`), as the engine feeds a
-/// long prompt, the last row's logits wanted: its time, three times; with
+/// or `N:CHUNK`; 64 by default, the server's `--max-batch-tokens` at 32 slots), as the
+/// engine feeds a prompt that arrives alone, the last row's logits wanted: its time, three times; with
 /// `SLUICE_BENCH_STAGES=1`, where the third one's time went.
 fn prompt(m: &dyn sluice::engine::testing::Model, spec: &str) {
     use sluice_kernels::stages;
