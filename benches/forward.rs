@@ -243,26 +243,29 @@ fn stages(m: &dyn sluice::engine::testing::Model, kv: &mut KvSlab, at: usize) {
         "one decode token at positions {at}..{}: {total:.1} µs",
         at + 128
     );
-    stage_table(total, 128.0, "token");
+    stage_table(total, 128.0, "token", false);
 }
 
 /// The stages' times taken since the clock was turned on, over `units` units (tokens, or
-/// prompts) of `total` µs each: per stage its microseconds and calls a unit and its share.
-fn stage_table(total: f64, units: f64, unit: &str) {
+/// prompts) of `total` µs each: per stage its time and calls a unit and its share. Times
+/// print in µs, or in ms with `in_ms` (a whole prompt's stages run to millions of µs).
+fn stage_table(total: f64, units: f64, unit: &str, in_ms: bool) {
     use sluice_kernels::stages;
-    println!("| stage | µs/{unit} | calls/{unit} | of the {unit} |");
+    let (per, label) = if in_ms { (1e-3, "ms") } else { (1.0, "µs") };
+    let total = total * per;
+    println!("| stage | {label}/{unit} | calls/{unit} | of the {unit} |");
     println!("|---|---:|---:|---:|");
     let (regions, staged): (Vec<_>, Vec<_>) = stages::take()
         .into_iter()
         .partition(|(name, ..)| *name == stages::REGIONS);
     let row = |name: &str, took: std::time::Duration, calls: u64| {
-        let us = took.as_secs_f64() * 1e6 / units;
+        let t = took.as_secs_f64() * 1e6 * per / units;
         let calls = calls as f64 / units;
         println!(
-            "| {name} | {us:.1} | {calls:.1} | {:.1}% |",
-            100.0 * us / total
+            "| {name} | {t:.1} | {calls:.1} | {:.1}% |",
+            100.0 * t / total
         );
-        us
+        t
     };
     let sum: f64 = staged
         .iter()
@@ -319,7 +322,7 @@ fn prompt(m: &dyn sluice::engine::testing::Model, spec: &str) {
         );
         if staged && round == 2 {
             stages::set_on(false);
-            stage_table(ms * 1e3, 1.0, "prompt");
+            stage_table(ms * 1e3, 1.0, "prompt", true);
         }
     }
 }
