@@ -52,9 +52,30 @@ fn every_kernel_path_stays_close_to_the_reference() {
     if std::env::var_os("SLUICE_KERNEL").is_some() {
         return; // already a child
     }
-    for level in [Simd::Avx2, Simd::Portable] {
-        if level as u8 >= Simd::detected() as u8 {
-            continue; // the parent run covers the detected level
+    // The AVX2 level without `vpdpbusd`, and with it where the CPU has a form of it (the
+    // VEX one of AVX-VNNI, else the EVEX one of AVX-512 VNNI with VL).
+    let vnni = if std::is_x86_feature_detected!("avxvnni") {
+        Some("vex")
+    } else if std::is_x86_feature_detected!("avx512vnni")
+        && std::is_x86_feature_detected!("avx512vl")
+    {
+        Some("evex")
+    } else {
+        None
+    };
+    let mut paths = vec![(Simd::Avx2, "0", "off")];
+    if let Some(form) = vnni {
+        paths.push((Simd::Avx2, "1", form));
+    }
+    paths.push((Simd::Portable, "0", "off"));
+    for (level, switch, form) in paths {
+        // The parent run covers the detected level with its default form.
+        let default_form = if vnni == Some("vex") { "vex" } else { "off" };
+        let detected = Simd::detected();
+        if level as u8 > detected as u8
+            || (level == detected && (level != Simd::Avx2 || form == default_form))
+        {
+            continue;
         }
         let name = format!("{level:?}").to_lowercase();
         let out = Command::new(std::env::current_exe().expect("test binary"))
@@ -64,16 +85,19 @@ fn every_kernel_path_stays_close_to_the_reference() {
                 "--nocapture",
             ])
             .env("SLUICE_KERNEL", &name)
+            .env("SLUICE_AVX2_VNNI", switch)
             .env("SLUICE_REFERENCE_ALONE_ONLY", "1")
             .output()
             .expect("test binary runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        println!("--- SLUICE_KERNEL={name}\n{stdout}");
+        println!("--- SLUICE_KERNEL={name} SLUICE_AVX2_VNNI={switch}\n{stdout}");
         assert!(out.status.success(), "{name}: {stdout}");
-        assert!(
-            stdout.contains(&format!("kernel level: {level:?}")),
-            "{name} was not in force"
-        );
+        let want = if level == Simd::Portable {
+            format!("kernel level: {level:?},")
+        } else {
+            format!("kernel level: {level:?}, avx2 vpdpbusd: {form}")
+        };
+        assert!(stdout.contains(&want), "{name} ({form}) was not in force");
         assert!(
             stdout.contains("20/20 close to reference"),
             "{name}: {stdout}"

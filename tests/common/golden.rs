@@ -121,7 +121,11 @@ fn as_json(o: &[TokenEvent]) -> Value {
 /// the reference alone (printing how close llama.cpp's own runs are), and the same tokens
 /// when all prompts share batches (unless `alone_only`).
 pub fn greedy_close(model: &Path, golden: &str, alone_only: bool) {
-    println!("kernel level: {:?}", Simd::current());
+    println!(
+        "kernel level: {:?}, avx2 vpdpbusd: {}",
+        Simd::current(),
+        sluice_kernels::avx2_vnni()
+    );
     let r = read(golden);
     let jobs: Vec<(Vec<u32>, usize)> = entries(&r)
         .iter()

@@ -46,8 +46,8 @@ pub use alloc::{CountingAlloc, return_freed_memory};
 pub use attention::{attend_group, attend_parts, attend_rows, merge_parts, rows_per_tile};
 pub use layout::{
     ABLOCK, ATTN_PART, Attn, Huge, KEY_BLOCK, PackedMatrix, Part, PartStat, Prefetch, QuantActs,
-    VALUES_AHEAD, Zero, key_index, set_attention_values_ahead, set_gfni, set_prefetch,
-    set_prefetch_whole_bytes, set_specialised,
+    VALUES_AHEAD, Zero, avx2_vnni, key_index, set_attention_values_ahead, set_avx2_vnni, set_gfni,
+    set_prefetch, set_prefetch_whole_bytes, set_specialised,
 };
 pub use linear::{BATCH_ROWS, Input, LinearError, QLinear};
 pub use plain::exp_fast;

@@ -77,6 +77,20 @@ impl PackedMatrix {
         cols: usize,
         compact: bool,
     ) -> Option<Self> {
+        let signed = Simd::current() != Simd::Avx512;
+        Self::packed_as(dtype, bytes, rows, cols, compact, signed)
+    }
+
+    /// `with_layout`, Q8_0 packed `signed` (as for the AVX2 and portable kernels) or as
+    /// `q + 128` (as for the AVX-512 kernel) whatever the level in force.
+    pub(crate) fn packed_as(
+        dtype: GgmlDType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        compact: bool,
+        signed_q8: bool,
+    ) -> Option<Self> {
         let f = Format::of(dtype)?;
         if !cols.is_multiple_of(f.block_weights) || !cols.is_multiple_of(32) {
             return None;
@@ -107,7 +121,7 @@ impl PackedMatrix {
             .for_each(|(r, (u, (d, m)))| {
                 decode_row(dtype, &bytes[r * row_bytes..(r + 1) * row_bytes], u, d, m)
             });
-        let signed = dtype == GgmlDType::Q8_0 && Simd::current() != Simd::Avx512;
+        let signed = dtype == GgmlDType::Q8_0 && signed_q8;
         if signed {
             u.iter_mut().for_each(|q| *q = q.wrapping_sub(128));
             m.iter_mut().for_each(|v| *v = 0.0);
@@ -285,12 +299,12 @@ impl PackedMatrix {
             // SAFETY: as above (an AVX-512 CPU has AVX2). Offsets derived from the scales
             // that the AVX-512 kernel cannot fold (none of today's formats) run here.
             Simd::Avx512 => unsafe {
-                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+                crate::x86::avx2::vnni::packed_groups(self, a, part, y, stride)
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Simd::Avx2 => unsafe {
-                crate::x86::avx2::matmul::packed_groups(self, a, part, y, stride)
+                crate::x86::avx2::vnni::packed_groups(self, a, part, y, stride)
             },
             // SAFETY: the caller's contract covers `y`.
             _ => unsafe { crate::packed_portable::groups(self, a, part, y, stride) },

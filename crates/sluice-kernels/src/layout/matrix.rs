@@ -91,6 +91,80 @@ pub fn set_gfni(on: bool) -> bool {
     on
 }
 
+/// The AVX2 matmul's integer products: `vpmaddubsw` and `vpmaddwd` (no VNNI), or one
+/// 256-bit `vpdpbusd` in its EVEX form (AVX-512 VNNI with VL) or its VEX form (AVX-VNNI,
+/// the AVX2-only Intel cores from Alder Lake on). The integer sums are exact either way,
+/// so the numbers are the same bits.
+pub(crate) const VNNI_NONE: u8 = 0;
+pub(crate) const VNNI_EVEX: u8 = 1;
+pub(crate) const VNNI_VEX: u8 = 2;
+
+/// `u8::MAX` until decided.
+static VNNI256: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+/// Which `vpdpbusd` the AVX2 matmul uses (`VNNI_*`). By default the VEX form where the CPU
+/// has AVX-VNNI and none elsewhere: a CPU with AVX-512 VNNI runs the AVX-512 kernels, and
+/// its AVX2 level (`SLUICE_KERNEL=avx2`) stands for an AVX2 CPU without VNNI unless
+/// `SLUICE_AVX2_VNNI=1` asks for the EVEX form (`set_avx2_vnni`).
+#[inline]
+pub(crate) fn vnni256() -> u8 {
+    use std::sync::atomic::Ordering::Relaxed;
+    match VNNI256.load(Relaxed) {
+        u8::MAX => {
+            let on = std::env::var("SLUICE_AVX2_VNNI").map_or(None, |v| Some(v != "0"));
+            #[cfg(target_arch = "x86_64")]
+            let vex = std::is_x86_feature_detected!("avxvnni");
+            #[cfg(not(target_arch = "x86_64"))]
+            let vex = false;
+            set_avx2_vnni(on.unwrap_or(vex));
+            VNNI256.load(Relaxed)
+        }
+        v => v,
+    }
+}
+
+/// Turns the AVX2 matmul's `vpdpbusd` on (the VEX form where the CPU has AVX-VNNI, else
+/// the EVEX form where it has AVX-512 VNNI with VL) or off, and returns whether it is on:
+/// the knob the tests and benches turn to compare both in one process.
+pub fn set_avx2_vnni(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let v = {
+        use std::is_x86_feature_detected as has;
+        if !on {
+            VNNI_NONE
+        } else if has!("avxvnni") {
+            VNNI_VEX
+        } else if has!("avx512vnni") && has!("avx512vl") {
+            VNNI_EVEX
+        } else {
+            VNNI_NONE
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let v = {
+        let _ = on;
+        VNNI_NONE
+    };
+    VNNI256.store(v, std::sync::atomic::Ordering::Relaxed);
+    v != VNNI_NONE
+}
+
+/// The AVX2 matmul's `vpdpbusd` in force: `"vex"`, `"evex"` or `"off"` (`set_avx2_vnni`).
+pub fn avx2_vnni() -> &'static str {
+    match vnni256() {
+        VNNI_VEX => "vex",
+        VNNI_EVEX => "evex",
+        _ => "off",
+    }
+}
+
+/// Forces one `vpdpbusd` form (`VNNI_*`) whatever the CPU has: only for the test of a
+/// form the CPU has (`x86/avx2/vnni.rs`).
+#[cfg(test)]
+pub(crate) fn force_avx2_vnni(v: u8) {
+    VNNI256.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Activation rows up to which a matmul is bound by reading its weights (the AVX2 kernel
 /// prefetches each block once, by the tile of the first half).
 pub(crate) const PREFETCH_ROWS: usize = 4;

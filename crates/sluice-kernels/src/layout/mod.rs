@@ -12,12 +12,15 @@ pub use acts::{ABLOCK, QuantActs};
 pub(crate) use acts::{FOLDS, Out, TILE, Tiles, neg_sum};
 pub(crate) use attn::block_runs;
 pub use attn::{ATTN_PART, Attn, KEY_BLOCK, PartStat, key_index};
+#[cfg(test)]
+pub(crate) use matrix::force_avx2_vnni;
 pub(crate) use matrix::{CHUNK, GROUP, PREFETCH_ROWS, folded_shift, high_bits};
 pub(crate) use matrix::{
     PF_ANY, PF_L2, PF_OFF, SC_ANY, SC_FACTORED, SC_HALF, gfni, prefetch_case, scale_case,
     specialised,
 };
-pub use matrix::{PackedMatrix, Part, set_gfni, set_specialised};
+pub use matrix::{PackedMatrix, Part, avx2_vnni, set_avx2_vnni, set_gfni, set_specialised};
+pub(crate) use matrix::{VNNI_EVEX, VNNI_NONE, VNNI_VEX, vnni256};
 pub use pages::{Huge, Zero};
 pub(crate) use pages::{HugeBytes, Scratch};
 pub use prefetch::{

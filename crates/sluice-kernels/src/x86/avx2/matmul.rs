@@ -14,9 +14,10 @@ use std::arch::x86_64::*;
 use super::prefetch_ahead;
 pub(crate) use super::scales::Expanded;
 use super::scales::{factored256, lanes256};
+use super::vnni::dpbusd;
 use crate::layout::{
     GROUP, PF_ANY, PF_L2, PF_OFF, PREFETCH_ROWS, PackedMatrix, Part, QuantActs, SC_ANY,
-    SC_FACTORED, SC_HALF, prefetch, prefetch_case, scale_case, specialised,
+    SC_FACTORED, SC_HALF, VNNI_NONE, neg_sum, prefetch, prefetch_case, scale_case, specialised,
 };
 
 /// Chunks whose `vpmaddubsw` pair sums can be added in 16 bits before widening: a pair
@@ -57,6 +58,7 @@ unsafe fn tile<
     const R: usize,
     const PF: u8,
     const SC: u8,
+    const V: u8,
 >(
     p: &PackedMatrix,
     a: &QuantActs,
@@ -163,7 +165,13 @@ unsafe fn tile<
                 }
                 let mut isum = [[_mm256_setzero_si256(); H]; R];
                 let mut part = [[_mm256_setzero_si256(); H]; R];
-                if FOLD > 0 {
+                if FOLD > 0 && V != VNNI_NONE {
+                    // `vpdpbusd` sums in 32 bits: start at the exact `-2^FOLD·Σq`.
+                    for (k, isum) in isum.iter_mut().enumerate() {
+                        let l = *lane_sums.get_unchecked((i0 + k) * nb + b);
+                        *isum = [_mm256_set1_epi32(neg_sum(l) << FOLD); H];
+                    }
+                } else if FOLD > 0 {
                     for (k, part) in part.iter_mut().enumerate() {
                         let l = *lane_sums.get_unchecked((i0 + k) * nb + b);
                         *part =
@@ -209,7 +217,10 @@ unsafe fn tile<
                         } else {
                             _mm256_loadu_si256(q.add(64 * c + 32 * h) as *const __m256i)
                         };
-                        (w[j], wh[j]) = if WIDE {
+                        (w[j], wh[j]) = if WIDE && V != VNNI_NONE {
+                            // Whole bytes: `vpdpbusd` cannot saturate.
+                            (raw, raw)
+                        } else if WIDE {
                             (
                                 _mm256_and_si256(raw, low),
                                 _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
@@ -227,6 +238,25 @@ unsafe fn tile<
                         for j in 0..H {
                             let (part, parth, isum) =
                                 (&mut part[k][j], &mut parth[k][j], &mut isum[k][j]);
+                            if V != VNNI_NONE {
+                                let x = if SIGNED {
+                                    _mm256_sign_epi8(xc, wh[j])
+                                } else {
+                                    xc
+                                };
+                                // One or two chains (a decode row): split in two by
+                                // chunk, which halves the chain of `vpdpbusd` latencies
+                                // (`part`, unused here, holds the odd chunks).
+                                if R * H <= 2 && c % 2 == 1 {
+                                    *part = dpbusd::<V>(*part, w[j], x);
+                                } else {
+                                    *isum = dpbusd::<V>(*isum, w[j], x);
+                                }
+                                if R * H <= 2 && c + 1 == chunks {
+                                    *isum = _mm256_add_epi32(*isum, *part);
+                                }
+                                continue;
+                            }
                             if WIDE {
                                 // Two 4-bit planes, each summed in 16 bits for the whole block.
                                 *part = _mm256_add_epi16(*part, _mm256_maddubs_epi16(w[j], xc));
@@ -323,13 +353,14 @@ unsafe fn tile<
 /// one narrower tile, and 4 rows (a few streams' decode) in one tile so that compact
 /// weights are unpacked once.
 #[inline(always)]
-unsafe fn run256<
+pub(super) unsafe fn run256<
     const NIB: bool,
     const BK: usize,
     const WIDE: bool,
     const SIGNED: bool,
     const BITS: u32,
     const FOLD: i32,
+    const V: u8,
 >(
     p: &PackedMatrix,
     a: &QuantActs,
@@ -368,7 +399,7 @@ unsafe fn run256<
         };
         macro_rules! at {
             ($h:literal, $r:literal, $pf:ident, $sc:ident, $h0:expr, $g:expr, $i:expr) => {
-                tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, $h, $r, $pf, $sc>(
+                tile::<NIB, BK, WIDE, SIGNED, BITS, FOLD, $h, $r, $pf, $sc, V>(
                     p,
                     a,
                     $g,
@@ -442,55 +473,6 @@ unsafe fn run256<
             } else {
                 tiles!(both, 3, g);
             }
-        }
-    }
-}
-
-/// The AVX2 kernel for one part of a matmul.
-///
-/// # Safety
-/// As `groups_avx512`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn packed_groups(
-    p: &PackedMatrix,
-    a: &QuantActs,
-    part: Part,
-    y: *mut f32,
-    stride: usize,
-) {
-    // The shift of a derived offset the integer sum takes (`tile`), 0 for none.
-    let fold = crate::layout::folded_shift(p);
-    // SAFETY: forwarded.
-    unsafe {
-        match (p.nibbles, p.bk, p.wide, p.signed, p.bits, fold) {
-            (true, 32, _, _, 4, 3) => run256::<true, 32, false, false, 4, 3>(p, a, part, y, stride),
-            (true, 32, _, _, 4, _) => run256::<true, 32, false, false, 4, 0>(p, a, part, y, stride),
-            (true, 32, _, _, 5, 4) => run256::<true, 32, false, false, 5, 4>(p, a, part, y, stride),
-            (true, 32, _, _, 5, _) => run256::<true, 32, false, false, 5, 0>(p, a, part, y, stride),
-            (true, 16, _, _, 6, 5) => run256::<true, 16, false, false, 6, 5>(p, a, part, y, stride),
-            (true, 16, _, _, 6, _) => run256::<true, 16, false, false, 6, 0>(p, a, part, y, stride),
-            (false, 32, false, true, _, _) => {
-                run256::<false, 32, false, true, 8, 0>(p, a, part, y, stride)
-            }
-            (false, 32, false, false, 5, 4) => {
-                run256::<false, 32, false, false, 5, 4>(p, a, part, y, stride)
-            }
-            (false, 32, false, false, 5, _) => {
-                run256::<false, 32, false, false, 5, 0>(p, a, part, y, stride)
-            }
-            (false, 32, false, false, _, _) => {
-                run256::<false, 32, false, false, 6, 0>(p, a, part, y, stride)
-            }
-            (false, 32, true, _, _, _) => {
-                run256::<false, 32, true, false, 8, 0>(p, a, part, y, stride)
-            }
-            (false, 16, _, _, _, 5) => {
-                run256::<false, 16, false, false, 6, 5>(p, a, part, y, stride)
-            }
-            (false, 16, _, _, _, _) => {
-                run256::<false, 16, false, false, 6, 0>(p, a, part, y, stride)
-            }
-            other => unreachable!("layout {other:?}"),
         }
     }
 }

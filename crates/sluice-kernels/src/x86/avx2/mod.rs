@@ -1,13 +1,16 @@
 //! The AVX2 kernels (AVX2 with FMA and F16C): decode attention, and the plain-loop
 //! definitions of the other kernels compiled with these features enabled. The integer
 //! matmul of `PackedMatrix` is in `matmul.rs`, activation quantisation in `acts.rs`,
-//! prompt attention in `rows.rs`, the matmul's scale lanes in `scales.rs`.
+//! prompt attention in `rows.rs`, the matmul's scale lanes in `scales.rs`, its
+//! `vpdpbusd` (AVX-VNNI, or AVX-512 VNNI at 256 bits) and the dispatch to the form in
+//! force in `vnni.rs`.
 //! `unsafe` only because of the CPU features, which `Simd::current` checks once.
 
 pub(crate) mod acts;
 pub(crate) mod matmul;
 pub(crate) mod rows;
 mod scales;
+pub(crate) mod vnni;
 
 use std::arch::x86_64::*;
 
