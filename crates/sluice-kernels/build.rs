@@ -11,6 +11,8 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(cpu_gfni)");
     println!("cargo::rustc-check-cfg=cfg(cpu_vnni256)");
     println!("cargo::rustc-check-cfg=cfg(cpu_avxvnni)");
+    // Set by `scripts/fuzz`.
+    println!("cargo::rustc-check-cfg=cfg(fuzzing)");
     #[cfg(target_arch = "x86_64")]
     {
         use std::is_x86_feature_detected as has;

@@ -20,6 +20,7 @@ pub(crate) use matrix::{
     specialised,
 };
 pub use matrix::{PackedMatrix, Part, avx2_vnni, set_avx2_vnni, set_gfni, set_specialised};
+#[cfg_attr(fuzzing, allow(unused_imports))]
 pub(crate) use matrix::{VNNI_EVEX, VNNI_NONE, VNNI_VEX, vnni256};
 pub use pages::{Huge, Zero};
 pub(crate) use pages::{HugeBytes, Scratch};

@@ -10,7 +10,7 @@
 use std::arch::x86_64::__m256i;
 
 use super::matmul::run256;
-use crate::layout::{PackedMatrix, Part, QuantActs, VNNI_EVEX, VNNI_NONE, VNNI_VEX, vnni256};
+use crate::layout::{PackedMatrix, Part, QuantActs, VNNI_NONE, VNNI_VEX, vnni256};
 
 /// `acc + Σ₄ w·x` per 32-bit lane, `w` unsigned and `x` signed bytes, in the form `V`
 /// (`layout::VNNI_EVEX` or `VNNI_VEX`).
@@ -68,9 +68,15 @@ pub(crate) unsafe fn packed_groups(
     }
     // SAFETY: forwarded; `vnni256` names a form only where the CPU has it.
     unsafe {
+        // The fuzz build (`scripts/fuzz`, `--cfg fuzzing`) compiles the path without
+        // `vpdpbusd` alone: the same bits, and a third of the instrumented code to build.
         match vnni256() {
+            #[cfg(not(fuzzing))]
             VNNI_VEX => by_layout::<VNNI_VEX>(p, a, part, y, stride),
-            VNNI_EVEX => by_layout::<VNNI_EVEX>(p, a, part, y, stride),
+            #[cfg(not(fuzzing))]
+            crate::layout::VNNI_EVEX => {
+                by_layout::<{ crate::layout::VNNI_EVEX }>(p, a, part, y, stride)
+            }
             _ => by_layout::<VNNI_NONE>(p, a, part, y, stride),
         }
     }
